@@ -1,0 +1,55 @@
+"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks}."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to a subcommand; return the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m dpsim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="what this machine has and what will run for real here")
+    lab = sub.add_parser("lab", help="start JupyterLab on 127.0.0.1 with a token")
+    lab.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    lab.add_argument("--no-browser", action="store_true")
+    ex = sub.add_parser("exercises", help="generate exercises/ from solutions/, or check it")
+    ex.add_argument("action", choices=["build", "check"])
+    ex.add_argument("--root", default=".", help="repository root")
+    grade = sub.add_parser("grade", help="grade student notebooks")
+    grade.add_argument("notebooks", nargs="+")
+    grade.add_argument("--csv", default=None, help="write the score table to this CSV file")
+    grade.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
+    nb = sub.add_parser("notebooks", help="execute notebooks and keep only checked outputs")
+    nb.add_argument("action", choices=["refresh", "check"])
+    nb.add_argument("paths", nargs="*")
+    args = parser.parse_args(argv)
+
+    if args.command == "doctor":
+        from dpsim.doctor import main as doctor_main
+
+        return doctor_main()
+    if args.command == "lab":
+        from dpsim.lab import main as lab_main
+
+        return lab_main(port=args.port, open_browser=not args.no_browser)
+    if args.command == "exercises":
+        from dpsim.exercises import main as exercises_main
+
+        return exercises_main(args.action, root=args.root)
+    if args.command == "grade":
+        from dpsim.grader import main as grade_main
+
+        return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout)
+    if args.command == "notebooks":
+        from dpsim.notebook_outputs import main as notebooks_main
+
+        return notebooks_main(args.action, args.paths)
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

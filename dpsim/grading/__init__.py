@@ -1,0 +1,1 @@
+"""Graded exercises: checks that graded notebook cells call."""

@@ -1,0 +1,194 @@
+"""Devices, links and clusters: frozen descriptions with units in the field names.
+
+Peak numbers are vendor datasheet figures (dense, no sparsity). `efficiency` is the
+fraction of peak a well-tuned training step reaches; `runtime.calibrate` measures it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+
+from dpsim.validation import require_choice, require_int, require_range
+
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or a CPU socket used as one)."""
+
+    name: str
+    kind: str  # "gpu" or "cpu"
+    memory_GiB: float  # usable device memory
+    fp32_tflops: float  # dense fp32 peak (TF32 off)
+    bf16_tflops: float  # dense bf16/fp16 peak (tensor cores on GPUs)
+    mem_bw_GBps: float  # device memory bandwidth, GB/s
+    op_overhead_us: float = 10.0  # fixed cost per operator: Python dispatch + kernel launch
+    efficiency: float = 0.6  # fraction of peak FLOP/s reached by large matmuls
+
+    def __post_init__(self) -> None:
+        require_choice("kind", self.kind, ("gpu", "cpu"))
+        require_range("memory_GiB", self.memory_GiB, 0, low_inclusive=False)
+        require_range("fp32_tflops", self.fp32_tflops, 0, low_inclusive=False)
+        require_range("bf16_tflops", self.bf16_tflops, 0, low_inclusive=False)
+        require_range("mem_bw_GBps", self.mem_bw_GBps, 0, low_inclusive=False)
+        require_range("op_overhead_us", self.op_overhead_us, 0)
+        require_range("efficiency", self.efficiency, 0, 1, low_inclusive=False)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Usable memory in bytes."""
+        return int(self.memory_GiB * GiB)
+
+    def tflops(self, dtype: str) -> float:
+        """Peak dense TFLOP/s for `dtype` ("fp32", "bf16" or "fp16")."""
+        require_choice("dtype", dtype, ("fp32", "bf16", "fp16"))
+        return self.fp32_tflops if dtype == "fp32" else self.bf16_tflops
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link; bandwidth is per direction."""
+
+    name: str
+    bandwidth_GBps: float  # per direction, per device
+    latency_us: float  # per message (alpha in the alpha-beta model)
+
+    def __post_init__(self) -> None:
+        require_range("bandwidth_GBps", self.bandwidth_GBps, 0, low_inclusive=False)
+        require_range("latency_us", self.latency_us, 0)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """`n_nodes` nodes of `devices_per_node` identical devices."""
+
+    name: str
+    device: Device
+    devices_per_node: int
+    n_nodes: int
+    intra_node: Link  # between devices of one node (NVLink, PCIe, shared memory)
+    inter_node: Link | None = None  # between nodes (InfiniBand, Ethernet); None for one node
+
+    def __post_init__(self) -> None:
+        require_int("devices_per_node", self.devices_per_node, 1, 1024)
+        require_int("n_nodes", self.n_nodes, 1, 4096)
+        if self.n_nodes > 1 and self.inter_node is None:
+            raise ValueError(f"inter_node=None with n_nodes={self.n_nodes}; give an inter-node Link")
+
+    @property
+    def world_size(self) -> int:
+        """Total number of devices."""
+        return self.devices_per_node * self.n_nodes
+
+    def link_for(self, n_devices: int) -> Link:
+        """The slowest link a collective over the first `n_devices` devices crosses."""
+        require_int("n_devices", n_devices, 1, self.world_size)
+        if n_devices <= self.devices_per_node or self.inter_node is None:
+            return self.intra_node
+        return self.inter_node
+
+    def with_devices(self, n_devices: int) -> Cluster:
+        """The same kind of cluster resized to `n_devices` (filling nodes first)."""
+        require_int("n_devices", n_devices, 1, 1024 * 4096)
+        if n_devices <= self.devices_per_node:
+            return replace(self, devices_per_node=n_devices, n_nodes=1)
+        n_nodes = math.ceil(n_devices / self.devices_per_node)
+        if n_devices % self.devices_per_node:
+            raise ValueError(
+                f"n_devices={n_devices} does not fill whole nodes of {self.devices_per_node}; "
+                f"allowed: 1..{self.devices_per_node} or a multiple of {self.devices_per_node}"
+            )
+        inter = self.inter_node or INFINIBAND_NDR
+        return replace(self, n_nodes=n_nodes, inter_node=inter)
+
+
+# --- presets ------------------------------------------------------------------------------
+
+A100_40GB = Device("A100 40GB SXM", "gpu", 40.0, 19.5, 312.0, 1555.0, op_overhead_us=6.0)
+A100_80GB = Device("A100 80GB SXM", "gpu", 80.0, 19.5, 312.0, 2039.0, op_overhead_us=6.0)
+H100_80GB = Device("H100 80GB SXM", "gpu", 80.0, 67.0, 989.0, 3350.0, op_overhead_us=5.0)
+LAPTOP_CPU = Device("laptop CPU", "cpu", 16.0, 0.5, 0.5, 40.0, op_overhead_us=15.0)
+
+NVLINK4 = Link("NVLink 4 (H100)", 450.0, 3.0)  # 900 GB/s bidirectional per GPU
+NVLINK3 = Link("NVLink 3 (A100)", 300.0, 3.0)  # 600 GB/s bidirectional per GPU
+PCIE4_X16 = Link("PCIe 4.0 x16", 25.0, 8.0)  # ~32 GB/s raw, ~25 GB/s achieved
+INFINIBAND_NDR = Link("InfiniBand NDR 400 Gb/s", 50.0, 6.0)  # one NIC per GPU
+SHARED_MEMORY = Link("shared memory (gloo on one host)", 5.0, 30.0)  # typical gloo on CPU
+
+DEVICES: dict[str, Device] = {
+    "a100-40gb": A100_40GB,
+    "a100-80gb": A100_80GB,
+    "h100-80gb": H100_80GB,
+    "laptop-cpu": LAPTOP_CPU,
+}
+
+
+def _clusters() -> dict[str, Cluster]:
+    node = Cluster("8x H100 NVLink node", H100_80GB, 8, 1, NVLINK4)
+    return {
+        "h100-node": node,
+        "a100-node": Cluster("8x A100 80GB NVLink node", A100_80GB, 8, 1, NVLINK3),
+        "h100-ib-4": replace(node, name="4 nodes of 8x H100, InfiniBand", n_nodes=4,
+                             inter_node=INFINIBAND_NDR),
+        "h100-ib-16": replace(node, name="16 nodes of 8x H100, InfiniBand", n_nodes=16,
+                              inter_node=INFINIBAND_NDR),
+        "h100-ib-128": replace(node, name="128 nodes of 8x H100, InfiniBand", n_nodes=128,
+                               inter_node=INFINIBAND_NDR),
+        "pcie-4gpu": Cluster("4x A100 40GB over PCIe", A100_40GB, 4, 1, PCIE4_X16),
+    }
+
+
+CLUSTERS: dict[str, Cluster] = _clusters()
+
+
+def get_device(name: str) -> Device:
+    """A device preset by name (see DEVICES), or "this-cpu" for this machine's CPU."""
+    if name == "this-cpu":
+        return cpu_device()
+    require_choice("device", name, [*DEVICES, "this-cpu"])
+    return DEVICES[name]
+
+
+def get_cluster(name: str) -> Cluster:
+    """A cluster preset by name (see CLUSTERS), or "this-machine" for detect()."""
+    if name == "this-machine":
+        return detect()
+    require_choice("cluster", name, [*CLUSTERS, "this-machine"])
+    return CLUSTERS[name]
+
+
+def cpu_device(n_cores: int | None = None) -> Device:
+    """This machine's CPU with nominal (uncalibrated) throughput: ~50 GFLOP/s fp32 per core."""
+    cores = n_cores or os.cpu_count() or 1
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB
+    except (ValueError, OSError, AttributeError):
+        mem = 8.0
+    return Device(f"CPU ({cores} cores)", "cpu", round(mem, 1), 0.05 * cores, 0.05 * cores,
+                  20.0, op_overhead_us=15.0)
+
+
+def gpu_device(index: int = 0) -> Device:
+    """A Device for CUDA GPU `index`: a matching preset's peaks with the real memory size."""
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    mem_gib = props.total_memory / GiB
+    base = A100_80GB
+    for key, preset in DEVICES.items():
+        if preset.kind == "gpu" and key.split("-")[0] in props.name.lower():
+            base = preset
+    return replace(base, name=props.name, memory_GiB=round(mem_gib, 2))
+
+
+def detect() -> Cluster:
+    """This machine as a one-node Cluster: its CUDA GPUs if any, else its CPU."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        n = torch.cuda.device_count()
+        return Cluster(f"this machine ({n} GPU)", gpu_device(0), n, 1, PCIE4_X16)
+    return Cluster("this machine (CPU)", cpu_device(), 1, 1, SHARED_MEMORY)

@@ -1,0 +1,1 @@
+"""Real runs: launching ranks, training loops, recorders that turn runs into Traces."""

@@ -1,0 +1,1 @@
+"""Simulated strategies: simulate(workload, cluster, config) -> Trace (deterministic)."""

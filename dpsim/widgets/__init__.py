@@ -1,0 +1,1 @@
+"""ipywidgets dashboards: sliders wired to a simulation and a figure builder."""
