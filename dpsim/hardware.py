@@ -76,7 +76,9 @@ class Cluster:
         require_int("devices_per_node", self.devices_per_node, 1, 1024)
         require_int("n_nodes", self.n_nodes, 1, 4096)
         if self.n_nodes > 1 and self.inter_node is None:
-            raise ValueError(f"inter_node=None with n_nodes={self.n_nodes}; give an inter-node Link")
+            raise ValueError(
+                f"inter_node=None with n_nodes={self.n_nodes}; give an inter-node Link"
+            )
 
     @property
     def world_size(self) -> int:

@@ -17,14 +17,15 @@ def require_range(
     low_inclusive: bool = True,
 ) -> float:
     """Return `value` if low <= value <= high (or low < value), else raise ValueError."""
+    allowed = _bounds(low, high, low_inclusive)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{field}={value!r} is not a number; give a number{_bounds(low, high, low_inclusive)}")
+        raise ValueError(f"{field}={value!r} is not a number; give a number{allowed}")
     if value != value:  # NaN
-        raise ValueError(f"{field}=nan is not allowed; give a number{_bounds(low, high, low_inclusive)}")
+        raise ValueError(f"{field}=nan is not allowed; give a number{allowed}")
     too_low = low is not None and (value < low if low_inclusive else value <= low)
     too_high = high is not None and value > high
     if too_low or too_high:
-        raise ValueError(f"{field}={value!r} is out of range; allowed{_bounds(low, high, low_inclusive)}")
+        raise ValueError(f"{field}={value!r} is out of range; allowed{allowed}")
     return value
 
 

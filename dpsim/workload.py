@@ -193,4 +193,5 @@ PRESETS = tuple(_presets())
 def get_workload(name: str) -> Workload:
     """A preset workload by name (see PRESETS)."""
     require_choice("model", name, PRESETS)
-    return _presets()[name]()  # type: ignore[no-any-return]
+    workload: Workload = _presets()[name]()
+    return workload

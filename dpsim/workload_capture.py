@@ -27,7 +27,7 @@ def _first_tensor(x: Any) -> torch.Tensor | None:
 
 
 def _key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+    return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape))
 
 
 def capture(module: nn.Module, example_input: Any, loss: str = "cross_entropy") -> Workload:
@@ -97,7 +97,8 @@ def capture(module: nn.Module, example_input: Any, loss: str = "cross_entropy") 
     total = sum(p.numel() for p in module.parameters())
     if total != leaf_params:
         n_t = len(list(module.parameters())) - sum(layer.n_param_tensors for layer in layers)
-        layers += (Layer("(non-leaf parameters)", "Parameter", total - leaf_params, n_t, 0, 0, 0.0),)
+        extra = Layer("(non-leaf parameters)", "Parameter", total - leaf_params, n_t, 0, 0, 0.0)
+        layers += (extra,)
     out_bytes = layers[-1].output_bytes if layers else 0
     loss_bytes = out_bytes + 8 if loss == "cross_entropy" else 0  # log-softmax + int64 target
     dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(

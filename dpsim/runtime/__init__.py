@@ -1,1 +1,4 @@
-"""Real runs: launching ranks, training loops, recorders that turn runs into Traces."""
+"""Run code on real `torch.distributed` process groups (see `dpsim.runtime.launch`).
+
+Submodules are imported on use; this package imports nothing heavy.
+"""

@@ -1,0 +1,664 @@
+"""Run a Python function on N ranks of a real `torch.distributed` process group.
+
+`launch(fn, world_size)` starts one fresh Python process per rank (the `multiprocess`
+package, spawn start method, dill pickling, so functions defined in a notebook cell work),
+joins them into a process group and returns `[fn(0, N), fn(1, N), ...]`.
+
+How it stays reliable in a notebook:
+
+* the launching process hosts the rendezvous `TCPStore` on a port the OS picks (port 0),
+  so two launches at the same moment never race for a port;
+* a rank that raises, dies or hangs is reported as `RankFailedError` or
+  `LaunchTimeoutError`, and every rank process is stopped (SIGTERM, then SIGKILL) and
+  reaped before `launch` returns or raises, KeyboardInterrupt included;
+* rank processes kill themselves when the launching process dies (PR_SET_PDEATHSIG on
+  Linux, a parent-watching thread elsewhere), so a kernel restart leaves no orphans.
+
+Only the standard library is imported at module level: torch is imported on use, after
+the rank's environment variables are set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import ipaddress
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from dpsim.validation import require_choice, require_int, require_range
+
+__all__ = [
+    "BACKENDS",
+    "MAX_WORLD_SIZE",
+    "LaunchError",
+    "LaunchTimeoutError",
+    "RankFailedError",
+    "free_port",
+    "last_pids",
+    "launch",
+]
+
+BACKENDS = ("auto", "gloo", "nccl")
+MAX_WORLD_SIZE = 64
+
+_TERMINATE_GRACE_S = 1.0  # SIGTERM -> SIGKILL, seconds
+_EXIT_GRACE_S = 3.0  # after every rank returned, how long ranks may take to exit, seconds
+_FAILURE_WINDOW_S = 0.25  # after a first failure, how long to collect others, seconds
+_STACK_DUMP_WAIT_S = 1.0  # on timeout, how long to wait for the stuck ranks' stacks, seconds
+_MAX_CHILD_TIMEOUT_S = 7 * 24 * 3600.0  # cap for timeouts handed to torch (inf -> 7 days)
+_PARENT_POLL_S = 1.0  # the parent-watching thread's period, seconds
+_PR_SET_PDEATHSIG = 1
+
+_pids_lock = threading.Lock()
+_last_pids: list[int] = []
+_keep_alive: list[Any] = []  # child side: objects whose fds faulthandler writes to
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class LaunchError(Exception):
+    """Base class of the errors `launch` raises when ranks do not all finish."""
+
+    pids: list[int]
+
+
+class RankFailedError(LaunchError, RuntimeError):
+    """A rank raised, returned something unpicklable, or its process died.
+
+    Attributes: `rank`, `traceback` (the rank's traceback text, "" if it died without
+    one), `exitcode` (process exit code, negative = killed by that signal; None if it
+    raised), `exc_type` (name of the exception class the rank raised, or None),
+    `other_failures` (one line per other rank that failed too), `pids`.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        summary: str,
+        traceback_text: str = "",
+        *,
+        exitcode: int | None = None,
+        exc_type: str | None = None,
+        other_failures: Sequence[str] = (),
+        pids: Sequence[int] = (),
+    ) -> None:
+        message = f"rank {rank} failed: {summary}"
+        if traceback_text:
+            message += f"\n\nTraceback from rank {rank}:\n{traceback_text.rstrip()}"
+        if other_failures:
+            message += "\n\nOther ranks that failed too (often as a consequence):\n"
+            message += "\n".join(f"  {line}" for line in other_failures)
+        super().__init__(message)
+        self.rank = rank
+        self.summary = summary
+        self.traceback = traceback_text
+        self.exitcode = exitcode
+        self.exc_type = exc_type
+        self.other_failures = list(other_failures)
+        self.pids = list(pids)
+
+
+class LaunchTimeoutError(LaunchError, TimeoutError):
+    """Some ranks did not finish within `timeout_s`; they were stopped.
+
+    Attributes: `ranks` (the ranks that did not finish), `timeout_s` (seconds),
+    `stacks` (rank -> Python stack text captured just before stopping it, when available),
+    `pids`.
+    """
+
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        timeout_s: float,
+        *,
+        finished: Sequence[int] = (),
+        stacks: Mapping[int, str] | None = None,
+        pids: Sequence[int] = (),
+    ) -> None:
+        stacks = dict(stacks or {})
+        noun = "rank" if len(ranks) == 1 else "ranks"
+        message = (
+            f"{noun} {', '.join(map(str, ranks))} did not finish within timeout_s={timeout_s:g} s"
+            f" (finished: {list(finished) if finished else 'none'}); they were stopped. "
+            "A rank waits forever in a collective that another rank never calls; "
+            "raise timeout_s if the work is only slow (start-up takes 1-3 s)."
+        )
+        for rank in sorted(stacks):
+            message += f"\n\nWhere rank {rank} was:\n{stacks[rank].rstrip()}"
+        super().__init__(message)
+        self.ranks = list(ranks)
+        self.timeout_s = timeout_s
+        self.finished = list(finished)
+        self.stacks = stacks
+        self.pids = list(pids)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that was free on `host` a moment ago (another process may take it).
+
+    `launch` does not need this (its store binds port 0); it is for code that must name a
+    port up front. Retry on EADDRINUSE when you bind it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def last_pids() -> list[int]:
+    """Process ids of the ranks of the most recent `launch` in this process (for checks)."""
+    with _pids_lock:
+        return list(_last_pids)
+
+
+def _is_loopback(addr: str) -> bool:
+    """True for "localhost" and literal loopback addresses (127.0.0.0/8, ::1)."""
+    if addr.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(addr.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_ifname() -> str | None:
+    """Name of the loopback network interface ("lo" on Linux, "lo0" on macOS), or None."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        return None
+    for preferred in ("lo", "lo0"):
+        if preferred in names:
+            return preferred
+    return next((name for name in names if name.startswith("lo")), None)
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _resolve_backend(backend: str, world_size: int) -> str:
+    """Turn "auto" into "nccl" or "gloo"; check that "nccl" can run `world_size` ranks."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = dist.is_nccl_available()
+    if backend == "auto":
+        return "nccl" if nccl and gpus >= world_size else "gloo"
+    if backend == "nccl" and not (nccl and gpus >= world_size):
+        raise ValueError(
+            f"backend='nccl' needs one CUDA GPU per rank (world_size={world_size}) and a torch "
+            f"built with NCCL; found {gpus} GPU(s), NCCL available: {nccl}. "
+            "Use backend='gloo' (runs on CPU) or backend='auto'."
+        )
+    return backend
+
+
+def _start_store(host: str, world_size: int, timeout_s: float) -> Any:
+    """Start the rendezvous TCPStore server in this process on a port the OS picks."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=min(timeout_s, _MAX_CHILD_TIMEOUT_S))
+    try:
+        store = dist.TCPStore(
+            host, 0, world_size, is_master=True, wait_for_workers=False, timeout=timeout
+        )
+        if store.port > 0:
+            return store
+    except (RuntimeError, OSError, ValueError):
+        pass
+    # Fallback for a torch whose TCPStore cannot bind port 0: pick a port, retry if taken.
+    last_error: Exception | None = None
+    for _ in range(20):
+        try:
+            return dist.TCPStore(
+                host, free_port(host), world_size, is_master=True,
+                wait_for_workers=False, timeout=timeout,
+            )
+        except (RuntimeError, OSError) as exc:  # EADDRINUSE surfaces as either
+            last_error = exc
+    raise RuntimeError(f"could not start a TCPStore on {host}: {last_error}")
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    """Human words for a process exit code (negative = killed by that signal)."""
+    if exitcode is None:
+        return "its process ended (exit code unknown) before returning a result"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        text = f"its process was killed by {name} (exit code {exitcode}) before returning a result"
+        if name == "SIGKILL":
+            text += "; SIGKILL often comes from the out-of-memory killer"
+        elif name in ("SIGSEGV", "SIGBUS", "SIGABRT"):
+            text += "; it crashed in native code"
+        return text
+    return (
+        f"its process exited with code {exitcode} before returning a result (if it never "
+        "started fn, its own traceback is in the output above)"
+    )
+
+
+# --------------------------------------------------------------------------- child side
+
+
+@dataclass(frozen=True)
+class _RankSpec:
+    """What one rank process needs; pickled into the child by reference to this module."""
+
+    rank: int
+    world_size: int
+    backend: str
+    store_host: str
+    store_port: int
+    timeout_s: float
+    parent_pid: int
+    payload: bytes  # dill bytes of (fn, args, kwargs)
+    env: dict[str, str] = field(default_factory=dict)
+    num_threads: int | None = None
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Make this process die when the launching process dies."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() == parent_pid:
+                return  # armed before the parent could die
+            os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dpsim-parent-watch", daemon=True).start()
+
+
+def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
+    """Entry point of a rank process: set up, run fn, send ("ok", bytes) or ("error", ...)."""
+    _exit_with_parent(spec.parent_pid)
+    # Ctrl-C / "interrupt kernel" is handled by the launching process, which stops ranks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.update(spec.env)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if hasattr(faulthandler, "register") and hasattr(signal, "SIGUSR1"):
+        _keep_alive.append(dump_conn)
+        faulthandler.register(signal.SIGUSR1, file=dump_conn.fileno(), all_threads=True)
+
+    message: tuple[Any, ...]
+    try:
+        import dill
+
+        fn, args, kwargs = dill.loads(spec.payload)
+        import torch
+        import torch.distributed as dist
+
+        if spec.num_threads is not None:
+            torch.set_num_threads(spec.num_threads)
+        if spec.backend == "nccl":
+            torch.cuda.set_device(spec.rank)
+        timeout = timedelta(seconds=min(spec.timeout_s, _MAX_CHILD_TIMEOUT_S))
+        store = dist.TCPStore(
+            spec.store_host, spec.store_port, spec.world_size, is_master=False, timeout=timeout
+        )
+        dist.init_process_group(
+            spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
+            timeout=timeout,
+        )
+        result = fn(spec.rank, spec.world_size, *args, **kwargs)
+        dist.destroy_process_group()
+        try:
+            message = ("ok", dill.dumps(result, recurse=True))
+        except Exception as exc:
+            message = (
+                "error",
+                f"its return value ({type(result).__name__}) cannot be pickled to send it "
+                f"back: {type(exc).__name__}: {exc}. Return plain Python values, numpy "
+                "arrays or CPU tensors (e.g. t.detach().cpu()).",
+                "",
+                type(exc).__name__,
+            )
+    except BaseException as exc:  # SystemExit / KeyboardInterrupt in fn are failures too
+        message = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(),
+                   type(exc).__name__)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.flush()
+    result_conn.send_bytes(pickle.dumps(message))
+    result_conn.close()
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+@dataclass
+class _Failure:
+    rank: int
+    summary: str
+    traceback: str = ""
+    exitcode: int | None = None
+    exc_type: str | None = None
+
+    @property
+    def died(self) -> bool:
+        return self.exc_type is None
+
+
+def _stop(procs: Sequence[Any], grace_s: float = _TERMINATE_GRACE_S) -> None:
+    """SIGTERM every live process, SIGKILL those still alive after `grace_s`, reap all."""
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        with contextlib.suppress(OSError, ValueError):
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        if p.is_alive():
+            with contextlib.suppress(OSError, ValueError):
+                p.kill()
+    for p in alive:
+        p.join(5.0)
+
+
+def _read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequence[int]
+                 ) -> dict[int, str]:
+    """Ask stuck ranks for their Python stacks (SIGUSR1 -> faulthandler) and read them."""
+    sigusr1 = getattr(signal, "SIGUSR1", None)
+    if sigusr1 is None:
+        return {}
+    asked = []
+    for rank in ranks:
+        pid = procs[rank].pid
+        if pid is not None and procs[rank].is_alive():
+            with contextlib.suppress(OSError):
+                os.kill(pid, sigusr1)
+                asked.append(rank)
+    chunks: dict[int, bytes] = {rank: b"" for rank in asked}
+    deadline = time.monotonic() + _STACK_DUMP_WAIT_S
+    quiet_since = time.monotonic()
+    while asked and time.monotonic() < deadline:
+        got = False
+        for rank in asked:
+            conn = dump_conns[rank]
+            with contextlib.suppress(OSError, EOFError, ValueError):
+                while conn.poll(0):
+                    data = os.read(conn.fileno(), 65536)
+                    if not data:
+                        break
+                    chunks[rank] += data
+                    got = True
+        if got:
+            quiet_since = time.monotonic()
+        elif all(chunks.values()) and time.monotonic() - quiet_since > 0.15:
+            break
+        time.sleep(0.02)
+    return {rank: text.decode(errors="replace") for rank, text in chunks.items() if text}
+
+
+def _collect(
+    procs: Sequence[Any], conns: Sequence[Any], deadline: float
+) -> tuple[dict[int, Any], list[_Failure]]:
+    """Wait for every rank's message or death until `deadline` (time.monotonic seconds)."""
+    import dill
+    from multiprocess.connection import wait
+
+    world_size = len(procs)
+    results: dict[int, Any] = {}
+    failures: list[_Failure] = []
+    first_failure_at: float | None = None
+
+    def receive(rank: int) -> None:
+        try:
+            raw = conns[rank].recv_bytes()
+        except (EOFError, OSError):
+            procs[rank].join(1.0)
+            failures.append(_Failure(rank, _describe_exit(procs[rank].exitcode),
+                                     exitcode=procs[rank].exitcode))
+            return
+        message = pickle.loads(raw)
+        if message[0] == "ok":
+            try:
+                results[rank] = dill.loads(message[1])
+            except Exception as exc:
+                failures.append(_Failure(
+                    rank, f"its return value could not be unpickled in the launching process: "
+                    f"{type(exc).__name__}: {exc}", traceback.format_exc(),
+                    exc_type=type(exc).__name__))
+        else:
+            _, summary, tb_text, exc_type = message
+            failures.append(_Failure(rank, summary, tb_text, exc_type=exc_type))
+
+    while True:
+        done = set(results) | {f.rank for f in failures}
+        pending = [rank for rank in range(world_size) if rank not in done]
+        now = time.monotonic()
+        if failures and first_failure_at is None:
+            first_failure_at = now
+        if not pending or now >= deadline:
+            break
+        limit = deadline - now
+        if first_failure_at is not None:
+            limit = min(limit, first_failure_at + _FAILURE_WINDOW_S - now)
+            if limit <= 0:
+                break
+        owners: dict[Any, tuple[str, int]] = {}
+        for rank in pending:
+            owners[conns[rank]] = ("conn", rank)
+            owners[procs[rank].sentinel] = ("exit", rank)
+        ready = wait(list(owners), timeout=min(limit, 3600.0))
+        # Messages first: a rank that sent its result and exited is a success.
+        for obj in ready:
+            kind, rank = owners[obj]
+            if kind == "conn":
+                receive(rank)
+        handled = set(results) | {f.rank for f in failures}
+        for obj in ready:
+            kind, rank = owners[obj]
+            if kind == "exit" and rank not in handled:
+                if conns[rank].poll(0):
+                    receive(rank)
+                else:
+                    procs[rank].join(1.0)
+                    failures.append(_Failure(rank, _describe_exit(procs[rank].exitcode),
+                                             exitcode=procs[rank].exitcode))
+                handled.add(rank)
+    return results, failures
+
+
+_RANK_NAME_PREFIX = "dpsim-rank-"
+_patch_lock = threading.Lock()
+
+
+def _skip_main_reimport() -> None:
+    """Stop spawned ranks from re-running the launching script's `__main__` module.
+
+    multiprocess's spawn re-imports `__main__` in each child (as `__mp_main__`), which
+    re-runs a script's unguarded top-level code. Ranks do not need it: dill ships `fn` and
+    the globals it uses by value. The patch only touches processes named "dpsim-rank-*".
+    """
+    from multiprocess import spawn
+
+    with _patch_lock:
+        original = getattr(spawn, "get_preparation_data", None)
+        if original is None or getattr(original, "_dpsim_patched", False):
+            return
+
+        def get_preparation_data(name: str) -> dict[str, Any]:
+            data: dict[str, Any] = original(name)
+            if str(name).startswith(_RANK_NAME_PREFIX):
+                data.pop("init_main_from_name", None)
+                data.pop("init_main_from_path", None)
+            return data
+
+        get_preparation_data._dpsim_patched = True  # type: ignore[attr-defined]
+        spawn.get_preparation_data = get_preparation_data
+
+
+def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ValueError(f"env={env!r} is not allowed; give a dict of str -> str (or None)")
+    return dict(env)
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    *,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    backend: str = "auto",
+    timeout_s: float = 120.0,
+    master_addr: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run `fn(rank, world_size, *args, **kwargs)` on `world_size` ranks; return results by rank.
+
+    Each rank is a fresh Python process (spawned) in which `torch.distributed` is already
+    initialised (`backend`: "gloo", "nccl", or "auto" = nccl when there is one GPU per rank,
+    else gloo) and destroyed after `fn` returns. `fn`, `args` and `kwargs` are shipped with
+    dill, so lambdas, closures and functions defined in a notebook cell work; return values
+    come back the same way. `timeout_s` (seconds, > 0, may be inf) bounds the whole launch,
+    start-up included. `env` adds environment variables in the ranks. Prints of the ranks
+    go to this process's stdout/stderr (the notebook).
+
+    Raises `RankFailedError` when a rank raises or dies, `LaunchTimeoutError` when ranks do
+    not finish in time, `ValueError` for bad arguments. All rank processes are gone when
+    this returns or raises.
+    """
+    world_size = require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    require_choice("backend", backend, BACKENDS)
+    timeout_s = float(require_range("timeout_s", timeout_s, 0, None, low_inclusive=False))
+    if not callable(fn):
+        raise ValueError(f"fn={fn!r} is not callable; give a function fn(rank, world_size, ...)")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError(f"args={args!r} is not allowed; give a tuple")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ValueError(f"kwargs={kwargs!r} is not allowed; give a dict (or None)")
+    if not isinstance(master_addr, str) or not master_addr:
+        raise ValueError(f"master_addr={master_addr!r} is not allowed; give a host name or IP")
+    user_env = _check_env(env)
+
+    import dill
+
+    try:
+        payload = dill.dumps((fn, tuple(args), dict(kwargs or {})), recurse=True)
+    except Exception as exc:
+        raise ValueError(
+            f"fn, args or kwargs cannot be pickled with dill to ship them to the ranks: "
+            f"{type(exc).__name__}: {exc}. Create such objects (locks, open files, "
+            "generators) inside fn instead."
+        ) from exc
+    resolved = _resolve_backend(backend, world_size)
+
+    base_env: dict[str, str] = {}
+    if _is_loopback(master_addr):
+        ifname = _loopback_ifname()
+        if ifname is not None:
+            base_env["GLOO_SOCKET_IFNAME"] = ifname
+            if resolved == "nccl":
+                base_env["NCCL_SOCKET_IFNAME"] = ifname
+    base_env.update(user_env)
+    num_threads = None
+    if "OMP_NUM_THREADS" not in base_env and "OMP_NUM_THREADS" not in os.environ:
+        num_threads = max(1, _usable_cpus() // world_size)
+
+    import multiprocess
+
+    ctx = multiprocess.get_context("spawn")
+    _skip_main_reimport()
+    store = _start_store(master_addr, world_size, timeout_s)
+    deadline = time.monotonic() + timeout_s
+    procs: list[Any] = []
+    conns: list[Any] = []
+    dump_conns: list[Any] = []
+    try:
+        for rank in range(world_size):
+            rank_env = dict(base_env)
+            rank_env.update(
+                MASTER_ADDR=master_addr, MASTER_PORT=str(store.port), RANK=str(rank),
+                LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                LOCAL_WORLD_SIZE=str(world_size),
+            )
+            spec = _RankSpec(
+                rank=rank, world_size=world_size, backend=resolved, store_host=master_addr,
+                store_port=store.port, timeout_s=timeout_s, parent_pid=os.getpid(),
+                payload=payload, env=rank_env, num_threads=num_threads,
+            )
+            result_r, result_w = ctx.Pipe(duplex=False)
+            dump_r, dump_w = ctx.Pipe(duplex=False)
+            conns.append(result_r)
+            dump_conns.append(dump_r)
+            proc = ctx.Process(target=_rank_main, args=(spec, result_w, dump_w),
+                               name=f"{_RANK_NAME_PREFIX}{rank}", daemon=False)
+            procs.append(proc)
+            try:
+                proc.start()
+            finally:
+                result_w.close()
+                dump_w.close()
+        pids = [p.pid for p in procs]
+        with _pids_lock:
+            _last_pids[:] = pids
+
+        results, failures = _collect(procs, conns, deadline)
+        if failures:
+            failures.sort(key=lambda f: not f.died)  # a dead process is the likely cause
+            first, others = failures[0], failures[1:]
+            _stop(procs)
+            raise RankFailedError(
+                first.rank, first.summary, first.traceback, exitcode=first.exitcode,
+                exc_type=first.exc_type,
+                other_failures=[f"rank {f.rank}: {f.summary}" for f in others], pids=pids,
+            )
+        stuck = [rank for rank in range(world_size) if rank not in results]
+        if stuck:
+            stacks = _read_stacks(procs, dump_conns, stuck)
+            _stop(procs)
+            raise LaunchTimeoutError(stuck, timeout_s, finished=sorted(results), stacks=stacks,
+                                     pids=pids)
+        exit_deadline = time.monotonic() + _EXIT_GRACE_S
+        for p in procs:
+            p.join(max(0.0, exit_deadline - time.monotonic()))
+        return [results[rank] for rank in range(world_size)]
+    finally:
+        _stop(procs)
+        for conn in conns + dump_conns:
+            with contextlib.suppress(OSError):
+                conn.close()
+        for p in procs:
+            with contextlib.suppress(ValueError, AttributeError):
+                p.close()
+        del store

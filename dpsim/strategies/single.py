@@ -1,0 +1,84 @@
+"""One device, one process: the baseline every other strategy is measured against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
+from dpsim.hardware import Device
+from dpsim.memory import OPTIMIZERS, MemoryBreakdown, predict_single
+from dpsim.trace import Event, Trace
+from dpsim.validation import require_choice, require_int
+from dpsim.workload import DTYPE_BYTES, Workload
+
+
+@dataclass(frozen=True)
+class SingleConfig:
+    """A single-device training step."""
+
+    batch_size: int = 32  # samples per step
+    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    dtype: str = "fp32"  # compute dtype: "fp32", "bf16", "fp16"
+    mixed_precision: bool = False  # 16-bit working copy + fp32 master and moments
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, 1, 1 << 24)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_choice("dtype", self.dtype, DTYPE_BYTES)
+        if self.mixed_precision and self.dtype == "fp32":
+            raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
+
+
+def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
+    """Timeline (forward, backward, optimizer per layer) and memory over one step.
+
+    meta holds step_time_s, samples_per_s, peak_bytes, fits (bool) and the breakdown.
+    """
+    b, dt = config.batch_size, config.dtype
+    states = predict_single(workload, 0, optimizer=config.optimizer, dtype=dt,
+                            mixed_precision=config.mixed_precision)
+    trace = Trace("simulated", meta={"strategy": "single", "device": device.name,
+                                     "workload": workload.name, "batch_size": b})
+    trace.sample(0, 0.0, "parameters", states.parameters)
+    trace.sample(0, 0.0, "optimizer", states.optimizer)
+    trace.sample(0, 0.0, "gradients", 0)
+    trace.sample(0, 0.0, "activations", 0)
+    t = 0.0
+    act = 0
+    act_scale = b * DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
+    for layer in workload.layers:
+        d = forward_time_s(layer, b, device, dt, workload.dtype)
+        trace.add(Event(0, "compute", "forward", t, t + d, label=layer.name))
+        t += d
+        act += int(layer.activation_bytes * act_scale)
+        trace.sample(0, t, "activations", act)
+    act += int(workload.loss_bytes * act_scale)
+    trace.sample(0, t, "activations", act)
+    grads = 0
+    grad_width = states.gradients / workload.n_params if workload.n_params else 0
+    for layer in reversed(workload.layers):
+        d = backward_time_s(layer, b, device, dt, workload.dtype)
+        trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
+        t += d
+        grads += int(layer.n_params * grad_width)
+        act -= int(layer.activation_bytes * act_scale)
+        trace.sample(0, t, "gradients", grads)
+        trace.sample(0, t, "activations", max(act, 0))
+    d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, config.optimizer)
+    trace.add(Event(0, "compute", "optimizer", t, t + d, label=config.optimizer))
+    t += d
+    peak = predict_single(workload, b, optimizer=config.optimizer, dtype=dt,
+                          mixed_precision=config.mixed_precision)
+    trace.meta.update({
+        "step_time_s": t,
+        "samples_per_s": b / t if t > 0 else float("inf"),
+        "peak_bytes": peak.total,
+        "breakdown": peak.as_dict(),
+        "fits": peak.total <= device.memory_bytes,
+    })
+    return trace
+
+
+def breakdown(trace: Trace) -> MemoryBreakdown:
+    """The predicted peak breakdown stored in a simulated trace."""
+    return MemoryBreakdown(**trace.meta["breakdown"])
