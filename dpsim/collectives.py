@@ -11,15 +11,15 @@ reduce-scatter or scatter cut into N = world_size shards of S / N.
 
 Three algorithms (N ranks, L = ceil(log2 N) tree levels, root = rank 0):
 
-| collective      | ring                           | tree (binomial)          | naive (root talks to all)   |
-|-----------------|--------------------------------|--------------------------|-----------------------------|
-| all_reduce      | 2(N-1)a + 2(N-1)/N S/B         | 2L a + 2L S/B            | 2a + 2(N-1) S/B             |
-| all_gather      | (N-1)a + (N-1)/N S/B           | 2L a + (L+(N-1)/N) S/B   | 2a + (N-1)(1+1/N) S/B       |
-| reduce_scatter  | (N-1)a + (N-1)/N S/B           | 2L a + (L+(N-1)/N) S/B   | 2a + (N-1)(1+1/N) S/B       |
-| broadcast       | 2(N-1)a + 2(N-1)/N S/B         | L a + L S/B              | a + (N-1) S/B               |
-| reduce          | 2(N-1)a + 2(N-1)/N S/B         | L a + L S/B              | a + (N-1) S/B               |
-| scatter         | (N-1)a + (N-1)/N S/B           | L a + (N-1)/N S/B        | a + (N-1)/N S/B             |
-| gather          | (N-1)a + (N-1)/N S/B           | L a + (N-1)/N S/B        | a + (N-1)/N S/B             |
+| collective     | ring                   | tree (binomial)        | naive (root <-> all)  |
+|----------------|------------------------|------------------------|-----------------------|
+| all_reduce     | 2(N-1)a + 2(N-1)/N S/B | 2L a + 2L S/B          | 2a + 2(N-1) S/B       |
+| all_gather     | (N-1)a + (N-1)/N S/B   | 2L a + (L+(N-1)/N) S/B | 2a + (N-1)(1+1/N) S/B |
+| reduce_scatter | (N-1)a + (N-1)/N S/B   | 2L a + (L+(N-1)/N) S/B | 2a + (N-1)(1+1/N) S/B |
+| broadcast      | 2(N-1)a + 2(N-1)/N S/B | L a + L S/B            | a + (N-1) S/B         |
+| reduce         | 2(N-1)a + 2(N-1)/N S/B | L a + L S/B            | a + (N-1) S/B         |
+| scatter        | (N-1)a + (N-1)/N S/B   | L a + (N-1)/N S/B      | a + (N-1)/N S/B       |
+| gather         | (N-1)a + (N-1)/N S/B   | L a + (N-1)/N S/B      | a + (N-1)/N S/B       |
 
 Ring broadcast/reduce pipeline N chunks along the chain 0 -> 1 -> ... -> N-1; tree
 all-* collectives are a tree into rank 0 followed by a tree out of it; naive ones gather

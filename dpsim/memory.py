@@ -157,3 +157,130 @@ def zero_bytes_per_device(
         gradients=grad_bytes * n_params // (n if stage >= 2 else 1),
         optimizer=optimizer_bytes * n_params // (n if stage >= 1 else 1),
     )
+
+
+# --- precision and the ZeRO calculator ----------------------------------------------------
+
+PRECISIONS = ("fp32", "mixed", "bf16")  # fp32; bf16 working copy + fp32 master; pure bf16
+
+
+def precision_bytes_per_param(precision: str = "mixed", optimizer: str = "adam"
+                              ) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer) bytes per parameter for a precision and optimizer.
+
+    "fp32": 4 + 4 + 8 with Adam; "mixed": 2 + 2 + 12 (fp32 master and moments, ZeRO's K=12);
+    "bf16": everything 16-bit, 2 + 2 + 4.
+    """
+    require_choice("precision", precision, PRECISIONS)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    dtype = "fp32" if precision == "fp32" else "bf16"
+    b = model_state_bytes(1, 0, dtype=dtype, optimizer=optimizer,
+                          mixed_precision=precision == "mixed")
+    return b.parameters, b.gradients, b.optimizer
+
+
+def zero_sharded_fraction(stage: int, world_size: int) -> tuple[float, float, float]:
+    """Fraction of (parameters, gradients, optimizer) one device keeps under ZeRO `stage`."""
+    require_choice("stage", stage, ZERO_STAGES)
+    require_int("world_size", world_size, 1)
+    n = world_size
+    return (1 / n if stage >= 3 else 1.0, 1 / n if stage >= 2 else 1.0,
+            1 / n if stage >= 1 else 1.0)
+
+
+def max_params_that_fit(memory_bytes: int, world_size: int, stage: int, *,
+                        param_bytes: int = 2, grad_bytes: int = 2, optimizer_bytes: int = 12,
+                        reserved_bytes: int = 0) -> int:
+    """Largest n_params whose ZeRO model states fit `memory_bytes - reserved_bytes` per device."""
+    require_int("memory_bytes", memory_bytes, 0)
+    require_int("reserved_bytes", reserved_bytes, 0)
+    budget = memory_bytes - reserved_bytes
+    fp, fg, fo = zero_sharded_fraction(stage, world_size)
+    per_param = param_bytes * fp + grad_bytes * fg + optimizer_bytes * fo
+    if budget < 0 or per_param <= 0:
+        return 0
+
+    def used(k: int) -> int:
+        return zero_bytes_per_device(k, world_size, stage, param_bytes=param_bytes,
+                                     grad_bytes=grad_bytes,
+                                     optimizer_bytes=optimizer_bytes).model_states
+
+    # k * per_param - 3 < used(k) <= k * per_param (three floors): search between the two
+    lo, hi = int(budget / per_param), int((budget + 3) / per_param) + 2
+    while lo > 0 and used(lo) > budget:  # float rounding of budget / per_param
+        lo -= 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if used(mid) <= budget else (lo, mid)
+    return lo
+
+
+def checkpointed_activation_bytes(workload: Workload, batch_size: int,
+                                  dtype: str | None = None) -> int:
+    """Activations kept with activation checkpointing at every layer, in bytes.
+
+    Each layer keeps only its input (the previous layer's output) plus one layer's
+    recomputed activations at a time, plus the loss's.
+    """
+    require_int("batch_size", batch_size, 0)
+    scale = DTYPE_BYTES[dtype or workload.dtype] / DTYPE_BYTES[workload.dtype]
+    inputs = workload.input_bytes + sum(layer.output_bytes for layer in workload.layers[:-1])
+    largest = max((layer.activation_bytes for layer in workload.layers), default=0)
+    return int((inputs + largest + workload.loss_bytes) * batch_size * scale)
+
+
+# --- FSDP2 shards: dim-0 chunks of every parameter, padded to equal size -------------------
+
+
+def fsdp_shard_rows(dim0: int, world_size: int, rank: int) -> int:
+    """Rows of a parameter's dim 0 that `rank` holds: torch.chunk into ceil(dim0/N) rows."""
+    require_int("dim0", dim0, 0)
+    require_int("world_size", world_size, 1)
+    require_int("rank", rank, 0, world_size - 1)
+    chunk = -(-dim0 // world_size)
+    return max(0, min(chunk, dim0 - rank * chunk))
+
+
+def _rest(shape: tuple[int, ...]) -> tuple[int, int]:
+    dims = tuple(shape) or (1,)
+    for d in dims:
+        require_int("shape dimension", d, 0)
+    rest = 1
+    for d in dims[1:]:
+        rest *= d
+    return dims[0], rest
+
+
+def fsdp_shard_numel(shape: tuple[int, ...], world_size: int, rank: int) -> int:
+    """Elements of `rank`'s shard of a parameter of `shape` (unpadded, what .to_local() holds)."""
+    dim0, rest = _rest(shape)
+    return fsdp_shard_rows(dim0, world_size, rank) * rest
+
+
+def fsdp_padded_shard_numel(shape: tuple[int, ...], world_size: int) -> int:
+    """Elements each rank allocates for a parameter's shard: ceil(dim0/N) rows, padding included."""
+    dim0, rest = _rest(shape)
+    require_int("world_size", world_size, 1)
+    return -(-dim0 // world_size) * rest
+
+
+def fsdp_rank_bytes(param_shapes: list[tuple[int, ...]], world_size: int, rank: int, *,
+                    dtype: str = "fp32", optimizer: str = "adam", padded: bool = False
+                    ) -> MemoryBreakdown:
+    """Model-state bytes `rank` holds after a step of FSDP2 (`fully_shard`) training.
+
+    padded=False counts the local shards (`DTensor.to_local()`); padded=True counts the
+    memory allocated: parameters and gradients live in buffers of ceil(dim0/N) rows per
+    parameter on every rank, while optimizer moments are the size of the local shard.
+    Adam's `step` is a 4-byte tensor per parameter.
+    """
+    require_choice("dtype", dtype, DTYPE_BYTES)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    width = DTYPE_BYTES[dtype]
+    local = sum(fsdp_shard_numel(s, world_size, rank) for s in param_shapes)
+    held = sum(fsdp_padded_shard_numel(s, world_size) for s in param_shapes) if padded else local
+    return MemoryBreakdown(
+        parameters=held * width,
+        gradients=held * width,
+        optimizer=optimizer_state_bytes(local, len(param_shapes), optimizer, False, dtype),
+    )

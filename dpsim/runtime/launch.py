@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import faulthandler
 import ipaddress
+import linecache
 import os
 import pickle
 import signal
@@ -59,6 +60,7 @@ _FAILURE_WINDOW_S = 0.25  # after a first failure, how long to collect others, s
 _STACK_DUMP_WAIT_S = 1.0  # on timeout, how long to wait for the stuck ranks' stacks, seconds
 _MAX_CHILD_TIMEOUT_S = 7 * 24 * 3600.0  # cap for timeouts handed to torch (inf -> 7 days)
 _PARENT_POLL_S = 1.0  # the parent-watching thread's period, seconds
+_POLL_S = 0.5  # the launcher's longest wait between checks of the ranks, seconds
 _PR_SET_PDEATHSIG = 1
 
 _pids_lock = threading.Lock()
@@ -155,9 +157,9 @@ def free_port(host: str = "127.0.0.1") -> int:
     `launch` does not need this (its store binds port 0); it is for code that must name a
     port up front. Retry on EADDRINUSE when you bind it.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    family, sockaddr = _resolve(host)
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        sock.bind(sockaddr)
         port: int = sock.getsockname()[1]
         return port
 
@@ -216,30 +218,70 @@ def _resolve_backend(backend: str, world_size: int) -> str:
     return backend
 
 
-def _start_store(host: str, world_size: int, timeout_s: float) -> Any:
-    """Start the rendezvous TCPStore server in this process on a port the OS picks."""
+def _start_store(host: str, world_size: int, timeout_s: float) -> tuple[Any, str, int]:
+    """Start the rendezvous TCPStore server in this process; return (store, address, port).
+
+    The listening socket is bound here to `host` with port 0 (the OS picks a free port, so
+    concurrent launches never race) and handed to the store, which then listens on `host`
+    only; a plain `TCPStore(host, 0, ...)` would listen on every interface.
+    """
     import torch.distributed as dist
 
     timeout = timedelta(seconds=min(timeout_s, _MAX_CHILD_TIMEOUT_S))
+    family, sockaddr = _resolve(host)
+    address = str(sockaddr[0])
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
+        sock.bind(sockaddr)
+    except OSError as exc:
+        sock.close()
+        raise ValueError(
+            f"master_addr={host!r} cannot be bound here ({exc}); launch starts every rank on "
+            "this machine, so give an address of this machine, e.g. '127.0.0.1'"
+        ) from None
+    try:
+        port = int(sock.getsockname()[1])
         store = dist.TCPStore(
-            host, 0, world_size, is_master=True, wait_for_workers=False, timeout=timeout
+            address, port, world_size, is_master=True, wait_for_workers=False,
+            timeout=timeout, master_listen_fd=sock.fileno(),
+        )
+        sock.detach()  # the store owns the socket now
+        return store, address, port
+    except (RuntimeError, OSError, TypeError, ValueError):
+        sock.close()
+    # Fallbacks (a torch without master_listen_fd): port 0, then free ports with retries.
+    with contextlib.suppress(RuntimeError, OSError, ValueError):
+        store = dist.TCPStore(
+            address, 0, world_size, is_master=True, wait_for_workers=False, timeout=timeout
         )
         if store.port > 0:
-            return store
-    except (RuntimeError, OSError, ValueError):
-        pass
-    # Fallback for a torch whose TCPStore cannot bind port 0: pick a port, retry if taken.
+            return store, address, int(store.port)
     last_error: Exception | None = None
     for _ in range(20):
+        port = free_port(address)
         try:
-            return dist.TCPStore(
-                host, free_port(host), world_size, is_master=True,
-                wait_for_workers=False, timeout=timeout,
+            store = dist.TCPStore(
+                address, port, world_size, is_master=True, wait_for_workers=False,
+                timeout=timeout,
             )
+            return store, address, port
         except (RuntimeError, OSError) as exc:  # EADDRINUSE surfaces as either
             last_error = exc
     raise RuntimeError(f"could not start a TCPStore on {host}: {last_error}")
+
+
+def _resolve(host: str) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+    """(family, sockaddr with port 0) of `host`, preferring IPv4; ValueError if unknown."""
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(
+            f"master_addr={host!r} cannot be resolved ({exc}); give a host name or IP of "
+            "this machine, e.g. '127.0.0.1'"
+        ) from None
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    family, _, _, _, sockaddr = infos[0]
+    return family, sockaddr
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -253,7 +295,7 @@ def _describe_exit(exitcode: int | None) -> str:
             name = f"signal {-exitcode}"
         text = f"its process was killed by {name} (exit code {exitcode}) before returning a result"
         if name == "SIGKILL":
-            text += "; SIGKILL often comes from the out-of-memory killer"
+            text += " (killed from outside, often by the out-of-memory killer)"
         elif name in ("SIGSEGV", "SIGBUS", "SIGABRT"):
             text += "; it crashed in native code"
         return text
@@ -280,6 +322,7 @@ class _RankSpec:
     payload: bytes  # dill bytes of (fn, args, kwargs)
     env: dict[str, str] = field(default_factory=dict)
     num_threads: int | None = None
+    sources: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # linecache entries
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -313,6 +356,7 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
         _keep_alive.append(dump_conn)
         faulthandler.register(signal.SIGUSR1, file=dump_conn.fileno(), all_threads=True)
 
+    linecache.cache.update(spec.sources)  # notebook cells: tracebacks show their lines
     message: tuple[Any, ...]
     try:
         import dill
@@ -347,8 +391,9 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
                 type(exc).__name__,
             )
     except BaseException as exc:  # SystemExit / KeyboardInterrupt in fn are failures too
-        message = ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                   type(exc).__name__)
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # skip us
+        tb_text = "".join(traceback.format_exception(type(exc), exc, tb))
+        message = ("error", f"{type(exc).__name__}: {exc}", tb_text, type(exc).__name__)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.flush()
@@ -375,18 +420,24 @@ class _Failure:
 def _stop(procs: Sequence[Any], grace_s: float = _TERMINATE_GRACE_S) -> None:
     """SIGTERM every live process, SIGKILL those still alive after `grace_s`, reap all."""
     alive = [p for p in procs if p.is_alive()]
-    for p in alive:
-        with contextlib.suppress(OSError, ValueError):
-            p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in alive:
-        p.join(max(0.0, deadline - time.monotonic()))
+    interrupted = False
+    try:
+        for p in alive:
+            with contextlib.suppress(OSError, ValueError):
+                p.terminate()
+        deadline = time.monotonic() + grace_s
+        for p in alive:
+            p.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:  # a second Ctrl-C: skip the grace period, still clean up
+        interrupted = True
     for p in alive:
         if p.is_alive():
             with contextlib.suppress(OSError, ValueError):
                 p.kill()
     for p in alive:
         p.join(5.0)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequence[int]
@@ -421,7 +472,16 @@ def _read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequenc
         elif all(chunks.values()) and time.monotonic() - quiet_since > 0.15:
             break
         time.sleep(0.02)
-    return {rank: text.decode(errors="replace") for rank, text in chunks.items() if text}
+    stacks = {}
+    for rank, data in chunks.items():
+        lines = data.decode(errors="replace").splitlines()
+        # Drop the frames of the launcher and multiprocess below fn (most recent call first).
+        cut = next((i for i, line in enumerate(lines) if line.endswith(" in _rank_main")), None)
+        if cut is not None:
+            lines = lines[:cut]
+        if lines:
+            stacks[rank] = "\n".join(lines)
+    return stacks
 
 
 def _collect(
@@ -474,17 +534,20 @@ def _collect(
         for rank in pending:
             owners[conns[rank]] = ("conn", rank)
             owners[procs[rank].sentinel] = ("exit", rank)
-        ready = wait(list(owners), timeout=min(limit, 3600.0))
+        ready = wait(list(owners), timeout=min(limit, _POLL_S))
         # Messages first: a rank that sent its result and exited is a success.
         for obj in ready:
             kind, rank = owners[obj]
             if kind == "conn":
                 receive(rank)
         handled = set(results) | {f.rank for f in failures}
-        for obj in ready:
-            kind, rank = owners[obj]
-            if kind == "exit" and rank not in handled:
-                if conns[rank].poll(0):
+        exited = {owners[obj][1] for obj in ready if owners[obj][0] == "exit"}
+        # A dead rank whose forked children (DataLoader workers) still hold its sentinel and
+        # pipe does not make them ready: also ask the OS (waitpid) which ranks have exited.
+        exited |= {rank for rank in pending if procs[rank].exitcode is not None}
+        for rank in sorted(exited):
+            if rank not in handled:
+                if conns[rank].poll(0):  # everything a rank sent is in the pipe once it exited
                     receive(rank)
                 else:
                     procs[rank].join(1.0)
@@ -521,6 +584,24 @@ def _skip_main_reimport() -> None:
 
         get_preparation_data._dpsim_patched = True  # type: ignore[attr-defined]
         spawn.get_preparation_data = get_preparation_data
+
+
+_MAX_SOURCES_CHARS = 1_000_000
+
+
+def _interactive_sources() -> dict[str, tuple[Any, ...]]:
+    """linecache entries of code that has no file (notebook cells), up to ~1 MB of text."""
+    found: dict[str, tuple[Any, ...]] = {}
+    total = 0
+    for name, entry in list(linecache.cache.items()):
+        if len(entry) != 4 or entry[1] is not None or not isinstance(entry[2], list):
+            continue  # file-backed entries (the rank reads the file itself) or lazy ones
+        size = sum(len(line) for line in entry[2])
+        if total + size > _MAX_SOURCES_CHARS:
+            break
+        found[name] = tuple(entry)
+        total += size
+    return found
 
 
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -582,6 +663,7 @@ def launch(
             "generators) inside fn instead."
         ) from exc
     resolved = _resolve_backend(backend, world_size)
+    sources = _interactive_sources()
 
     base_env: dict[str, str] = {}
     if _is_loopback(master_addr):
@@ -599,7 +681,7 @@ def launch(
 
     ctx = multiprocess.get_context("spawn")
     _skip_main_reimport()
-    store = _start_store(master_addr, world_size, timeout_s)
+    store, store_host, store_port = _start_store(master_addr, world_size, timeout_s)
     deadline = time.monotonic() + timeout_s
     procs: list[Any] = []
     conns: list[Any] = []
@@ -608,14 +690,14 @@ def launch(
         for rank in range(world_size):
             rank_env = dict(base_env)
             rank_env.update(
-                MASTER_ADDR=master_addr, MASTER_PORT=str(store.port), RANK=str(rank),
+                MASTER_ADDR=store_host, MASTER_PORT=str(store_port), RANK=str(rank),
                 LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                 LOCAL_WORLD_SIZE=str(world_size),
             )
             spec = _RankSpec(
-                rank=rank, world_size=world_size, backend=resolved, store_host=master_addr,
-                store_port=store.port, timeout_s=timeout_s, parent_pid=os.getpid(),
-                payload=payload, env=rank_env, num_threads=num_threads,
+                rank=rank, world_size=world_size, backend=resolved, store_host=store_host,
+                store_port=store_port, timeout_s=timeout_s, parent_pid=os.getpid(),
+                payload=payload, env=rank_env, num_threads=num_threads, sources=sources,
             )
             result_r, result_w = ctx.Pipe(duplex=False)
             dump_r, dump_w = ctx.Pipe(duplex=False)
@@ -629,9 +711,9 @@ def launch(
             finally:
                 result_w.close()
                 dump_w.close()
+            with _pids_lock:
+                _last_pids[:] = [p.pid for p in procs if p.pid is not None]
         pids = [p.pid for p in procs]
-        with _pids_lock:
-            _last_pids[:] = pids
 
         results, failures = _collect(procs, conns, deadline)
         if failures:

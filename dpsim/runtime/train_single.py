@@ -45,6 +45,15 @@ class TrainResult:
         """Throughput at the median step time."""
         return self.batch_size / self.step_time_s
 
+    def step_trace(self, index: int = -1) -> Trace:
+        """The events of one step (default: the last), shifted to start at 0 s."""
+        steps = [self.trace.events[i:i + 3] for i in range(0, len(self.trace.events), 3)]
+        events = steps[index]
+        t0 = events[0].start_s
+        shifted = [Event(e.device, e.stream, e.kind, e.start_s - t0, e.end_s - t0, e.nbytes,
+                         e.label) for e in events]
+        return Trace("measured", shifted, meta=dict(self.trace.meta))
+
     @property
     def breakdown(self) -> MemoryBreakdown:
         """Measured memory by category."""

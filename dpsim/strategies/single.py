@@ -82,3 +82,26 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
 def breakdown(trace: Trace) -> MemoryBreakdown:
     """The predicted peak breakdown stored in a simulated trace."""
     return MemoryBreakdown(**trace.meta["breakdown"])
+
+
+def fit_rows(models: list[str], device: Device, batch_size: int = 1) -> list[dict[str, object]]:
+    """For each preset model: GiB in fp32 and in bf16 mixed precision with Adam, and fits."""
+    from dpsim.workload import get_workload
+
+    rows: list[dict[str, object]] = []
+    for name in models:
+        workload = get_workload(name)
+        for label, cfg in (
+            ("fp32", SingleConfig(batch_size, "adam", "fp32", False)),
+            ("bf16 mixed", SingleConfig(batch_size, "adam", "bf16", True)),
+        ):
+            peak = predict_single(workload, batch_size, optimizer="adam", dtype=cfg.dtype,
+                                  mixed_precision=cfg.mixed_precision)
+            rows.append({
+                "name": f"{workload.name} {label}",
+                "GiB": round(peak.total / 1024**3, 1),
+                "model_states_GiB": round(peak.model_states / 1024**3, 1),
+                "bytes_per_param": round(peak.model_states / workload.n_params, 2),
+                "fits": peak.total <= device.memory_bytes,
+            })
+    return rows

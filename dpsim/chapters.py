@@ -1,0 +1,67 @@
+"""The course: chapters in order, and what each runs for real on a given machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One notebook of the course."""
+
+    number: int
+    notebook: str  # file name in notebooks/
+    title: str
+    real_cpu: str  # what runs for real on a CPU-only machine
+    real_gpu: str  # what runs for real with enough GPUs
+    gpus_for_real: int  # GPUs needed for the GPU path (0: none needed)
+    simulated: str  # what dpsim simulates in this chapter
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter(0, "00_start_here.ipynb", "Start here", "the doctor's report", "the doctor's report",
+            0, "nothing"),
+    Chapter(1, "01_single_device.ipynb", "Single device: time and memory of a training step",
+            "training an MLP on the CPU, memory by real tensors",
+            "the same on GPU 0 with torch.cuda memory statistics", 1,
+            "memory and step time for any batch, model preset and device"),
+    Chapter(2, "02_collectives.ipynb", "Collectives and the all-reduce ring",
+            "collectives on gloo processes, a hand-written ring all-reduce",
+            "the same over NCCL", 2, "alpha-beta cost of every collective at any scale"),
+    Chapter(3, "03_data_parallel.ipynb", "DataParallel: scatter, replicate, gather",
+            "DataParallel re-enacted with threads over virtual devices",
+            "the real nn.DataParallel, timed and measured per device", 2,
+            "DP timeline and memory per device for any N"),
+    Chapter(4, "04_gil.ipynb", "The GIL: threads against processes",
+            "threads vs processes, measured", "threads driving GPUs", 0,
+            "GIL model: timeline and speed-up"),
+    Chapter(5, "05_ddp.ipynb", "DistributedDataParallel: buckets and overlap",
+            "DDP on gloo processes, buckets recorded, torchrun", "DDP over NCCL", 2,
+            "DDP buckets, overlap and scaling"),
+    Chapter(6, "06_fsdp.ipynb", "FSDP and ZeRO: memory per device",
+            "FSDP2 on gloo processes, shards measured", "FSDP2 over NCCL", 2,
+            "FSDP timeline and memory, ZeRO stages 0-3"),
+    Chapter(7, "07_choosing_a_strategy.ipynb", "Choosing a strategy at cluster scale",
+            "nothing (simulation only)", "nothing (simulation only)", 0,
+            "every strategy on clusters up to 1024 devices"),
+    Chapter(8, "08_myths_lab.ipynb", "Myths lab: popular claims tested",
+            "the measurable claims, on CPU processes and threads", "the GPU claims", 2,
+            "the claims about scale"),
+)
+
+
+def plan(n_gpus: int, nccl: bool) -> list[dict[str, str]]:
+    """Per chapter: what runs for real here and what is simulated."""
+    rows = []
+    for ch in CHAPTERS:
+        on_gpu = ch.gpus_for_real > 0 and n_gpus >= ch.gpus_for_real and (
+            nccl or ch.gpus_for_real == 1)
+        if on_gpu:
+            real = ch.real_gpu
+        elif ch.gpus_for_real > 1 and n_gpus >= 1:
+            real = f"{ch.real_cpu} (GPU path needs {ch.gpus_for_real} GPUs and NCCL)"
+        else:
+            real = ch.real_cpu
+        rows.append({"notebook": ch.notebook, "title": ch.title, "real here": real,
+                     "simulated": ch.simulated})
+    return rows

@@ -1,0 +1,296 @@
+"""Record a real DDP step as a measured Trace: its buckets, their all-reduces, backward.
+
+`DDPRecorder` attaches to a DistributedDataParallel module:
+
+* a communication hook that notes the bucket (which parameters, how many bytes) and the
+  time, then performs the all-reduce exactly as DDP's default does (divide by the world
+  size, all_reduce asynchronously) and notes the time it completes;
+* a post-accumulate-grad hook on every parameter that notes when its gradient is ready,
+  which splits backward into per-layer segments.
+
+`record_ddp` launches ranks that train a few steps with the recorder, optionally measure
+this machine (achieved FLOP/s per rank, gloo all-reduce alpha and beta), and returns the
+median step of every rank. Times are host clock seconds from the start of the step; on
+GPUs they are the times the host saw (launches and completions), not kernel times.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dpsim.hardware import Cluster, Device, Link
+from dpsim.runtime.ddp_train import DDPRunConfig, build_dataset, build_model
+from dpsim.runtime.optimizers import build_optimizer
+from dpsim.strategies.ddp import DDPConfig, MiB, grad_tensors, simulate
+from dpsim.trace import Event, Trace
+from dpsim.validation import require_int
+from dpsim.workload import Workload
+
+
+@dataclass(frozen=True)
+class ObservedBucket:
+    """A bucket as DDP really built it."""
+
+    index: int
+    params: tuple[str, ...]  # parameter names, in the bucket's order
+    nbytes: int
+
+
+def param_nbytes(module: nn.Module) -> list[tuple[str, int]]:
+    """(name, bytes) of every parameter that needs a gradient, in model order."""
+    return [(n, p.numel() * p.element_size()) for n, p in module.named_parameters()
+            if p.requires_grad]
+
+
+def gradient_ready_order(module: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[str]:
+    """Parameter names in the order one local backward makes their gradients ready.
+
+    This is the order DDP rebuilds its buckets in after its first iteration. Runs on a
+    copy of `module`, so the module itself is untouched.
+    """
+    model = copy.deepcopy(module)
+    order: list[str] = []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(lambda _, name=name: order.append(name))
+    nn.functional.cross_entropy(model(x), y).backward()
+    return order
+
+
+def bucket_caps_mb(ddp: Any) -> tuple[float, float]:
+    """(bucket_cap_mb, first_bucket_cap_mb) a live DDP module builds its buckets with.
+
+    PyTorch uses a 1 MiB first bucket only when bucket_cap_mb was left at its default.
+    """
+    config = getattr(ddp, "_bucket_config", None)
+    if config is not None:
+        return config.bucket_bytes_cap / MiB, config.first_bucket_bytes_cap / MiB
+    cap = ddp.bucket_bytes_cap / MiB
+    default = getattr(ddp, "bucket_bytes_cap_default", True)
+    return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES / MiB if default else cap)
+
+
+class DDPRecorder:
+    """Attach to a DDP module before its first step; call begin()/end() around each step."""
+
+    def __init__(self, ddp: Any) -> None:
+        self.ddp = ddp
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.names = {id(p): n for n, p in ddp.module.named_parameters()}
+        self.layer_of = {n: n.rsplit(".", 1)[0] if "." in n else n for n in self.names.values()}
+        self.buckets: dict[int, ObservedBucket] = {}
+        self.steps: list[list[Event]] = []
+        self._comm: dict[int, list[float]] = {}
+        self._ready: dict[str, float] = {}
+        self._t0 = 0.0
+        ddp.register_comm_hook(None, self._hook)
+        for name, p in ddp.module.named_parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._ready_hook(name))
+
+    def _ready_hook(self, name: str) -> Any:
+        def hook(_: torch.Tensor) -> None:
+            self._ready[name] = time.perf_counter()
+        return hook
+
+    def _hook(self, state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        start = time.perf_counter()
+        buffer = bucket.buffer()
+        index = bucket.index()
+        self.buckets[index] = ObservedBucket(
+            index, tuple(self.names[id(p)] for p in bucket.parameters()),
+            buffer.numel() * buffer.element_size())
+        times = self._comm[index] = [start, start]
+        buffer.div_(self.world_size)
+        future = dist.all_reduce(buffer, async_op=True).get_future()
+
+        def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+            times[1] = time.perf_counter()
+            return f.value()[0]
+
+        return future.then(done)
+
+    def begin(self) -> None:
+        """Mark the start of a step (call before forward)."""
+        self.buckets.clear()
+        self._comm.clear()
+        self._ready.clear()
+        self._t0 = time.perf_counter()
+
+    def end(self, forward_end: float, backward_end: float, step_end: float) -> None:
+        """Turn the step's timestamps (time.perf_counter) into events of this rank."""
+        t0, r = self._t0, self.rank
+        events = [Event(r, "compute", "forward", 0.0, forward_end - t0, label="forward")]
+        layers: dict[str, float] = {}
+        for name, at in self._ready.items():
+            layer = self.layer_of[name]
+            layers[layer] = max(layers.get(layer, 0.0), at)
+        cursor = forward_end
+        for layer, at in sorted(layers.items(), key=lambda kv: kv[1]):
+            events.append(Event(r, "compute", "backward", cursor - t0, at - t0, label=layer))
+            cursor = at
+        events.append(Event(r, "compute", "optimizer", backward_end - t0, step_end - t0,
+                            label="optimizer"))
+        for index, (start, end) in sorted(self._comm.items()):
+            events.append(Event(r, "comm", "all_reduce", start - t0, end - t0,
+                                self.buckets[index].nbytes, f"bucket {index}"))
+        self.steps.append(events)
+
+
+# DDP checks a hook's annotations as objects; `from __future__ import annotations` made
+# them strings, so put the real ones back.
+DDPRecorder._hook.__annotations__.update(
+    bucket=dist.GradBucket, state=object, **{"return": torch.futures.Future[torch.Tensor]})
+
+
+@dataclass
+class RankRecording:
+    """One rank's recorded steps."""
+
+    rank: int
+    step_times_s: list[float]
+    steps: list[list[Event]]  # events per recorded step ([] when not recording)
+    buckets: list[ObservedBucket]
+    caps_mb: tuple[float, float]  # (bucket_cap_mb, first_bucket_cap_mb) DDP used
+    device: Device | None = None  # calibrated on this rank, when asked
+    link: Link | None = None  # fitted from timed all-reduces, when asked
+
+
+def measure_link(sizes: tuple[int, ...] = (1 << 12, 1 << 16, 1 << 19, 1 << 20),
+                 repeats: int = 5) -> Link:
+    """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
+
+    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives),
+    with t the median of `repeats` timed all-reduces per size (slowest rank).
+    """
+    from dpsim.runtime.collective_workers import time_all_reduce
+
+    n = dist.get_world_size()
+    times = time_all_reduce(dist.get_rank(), n, sizes, repeats, impls=("torch",))["torch"]
+    xs = [2 * (n - 1) / n * nbytes for nbytes in sizes]
+    slope, intercept = _fit_line(xs, [times[int(nbytes)] for nbytes in sizes])
+    latency_us = max(intercept / max(2 * (n - 1), 1), 0.0) * 1e6
+    bandwidth = 1 / slope / 1e9 if slope > 0 else 1e3
+    return Link(f"gloo all-reduce, {n} ranks (measured)", bandwidth, latency_us)
+
+
+def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    return slope, my - slope * mx
+
+
+def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
+                record: bool = True, calibrate: bool = False) -> RankRecording:
+    """Train `cfg.steps` timed steps after `warmup` (DDP rebuilds its buckets in step 2)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    device = link = None
+    if calibrate:
+        from dpsim.runtime.calibrate import calibrate_device
+
+        link = measure_link()
+        device = calibrate_device("cpu")
+    model = build_model(cfg)
+    ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb)
+    recorder = DDPRecorder(ddp) if record else None
+    opt = build_optimizer(cfg.optimizer, ddp.parameters(), cfg.lr)
+    x, y = build_dataset(cfg).tensors
+    x = x[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
+    y = y[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
+    times: list[float] = []
+    for step in range(warmup + cfg.steps):
+        dist.barrier()
+        if recorder is not None:
+            recorder.begin()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        if step >= warmup:
+            times.append(t3 - t0)
+            if recorder is not None:
+                recorder.end(t1, t2, t3)
+    buckets = sorted(recorder.buckets.values(), key=lambda b: b.index) if recorder else []
+    steps = recorder.steps if recorder else []
+    return RankRecording(rank, times, steps, buckets, bucket_caps_mb(ddp), device, link)
+
+
+@dataclass
+class DDPRecording:
+    """A recorded DDP run: every rank's steps, and the median step as a Trace."""
+
+    config: DDPRunConfig
+    ranks: list[RankRecording]
+    world_size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.world_size = len(self.ranks)
+
+    @property
+    def step_time_s(self) -> float:
+        """Median step time of rank 0, seconds."""
+        return statistics.median(self.ranks[0].step_times_s)
+
+    @property
+    def buckets(self) -> list[ObservedBucket]:
+        """The buckets rank 0's DDP built (after its rebuild)."""
+        return self.ranks[0].buckets
+
+    def trace(self) -> Trace:
+        """The step whose time on rank 0 is the median, on every rank (source="measured")."""
+        times = self.ranks[0].step_times_s
+        index = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
+        trace = Trace("measured", meta={"strategy": "ddp", "world_size": self.world_size,
+                                        "step": index, "step_time_s": times[index]})
+        for r in self.ranks:
+            if r.steps:
+                trace.events.extend(r.steps[index])
+        return trace
+
+    def predict(self, device: Device | None = None, link: Link | None = None) -> Trace:
+        """Simulate this run's step with its real buckets, calibrated (or given) hardware."""
+        device = device or self.ranks[0].device
+        link = link or self.ranks[0].link
+        if device is None or link is None:
+            raise ValueError("device=None or link=None and the run was not calibrated; "
+                             "record with calibrate=True or pass a Device and a Link")
+        model = build_model(self.config)
+        x, y = (t[: self.config.batch_size] for t in build_dataset(self.config).tensors)
+        workload = Workload.from_module(model, x)
+        cap, first = self.ranks[0].caps_mb
+        cfg = DDPConfig(batch_size=self.config.batch_size, bucket_cap_mb=cap,
+                        first_bucket_cap_mb=first, optimizer=self.config.optimizer)
+        cluster = Cluster(f"this machine ({self.world_size} ranks)", device, self.world_size,
+                          1, link)
+        tensors = grad_tensors(workload, names=param_nbytes(model))
+        return simulate(workload, cluster, cfg, tensors=tensors,
+                        ready_order=gradient_ready_order(model, x, y))
+
+
+def record_ddp(cfg: DDPRunConfig | None = None, world_size: int = 2, *, warmup: int = 3,
+               record: bool = True, calibrate: bool = False, timeout_s: float = 120.0
+               ) -> DDPRecording:
+    """Launch `record_rank` on `world_size` gloo ranks and collect the recordings."""
+    from dpsim.runtime.launch import launch
+
+    cfg = cfg or DDPRunConfig(steps=10, progress=False)
+    require_int("world_size", world_size, 1)
+    require_int("warmup", warmup, 2)
+    ranks = launch(record_rank, world_size, args=(cfg, warmup, record, calibrate),
+                   backend="gloo", timeout_s=timeout_s)
+    return DDPRecording(cfg, ranks)

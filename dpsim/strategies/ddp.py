@@ -1,0 +1,281 @@
+"""DistributedDataParallel simulated: gradient buckets all-reduced while backward runs.
+
+DDP groups gradients into buckets in the reverse order of the model's parameters (about
+the order in which backward produces them). The first bucket is capped at
+`first_bucket_cap_mb` (1 MiB: DDP's `_DEFAULT_FIRST_BUCKET_BYTES`) so that communication
+starts early; the others at `bucket_cap_mb` (25 MiB by default). A bucket closes as soon
+as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bucket's
+all-reduce starts when its last gradient is ready and runs on a communication stream, one
+bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
+
+Every rank runs the same timeline, so the Trace holds rank 0 (device 0). A Workload
+lists layers, not tensors: by default each layer's gradients count as one tensor; pass
+`tensors` (see `grad_tensors(workload, names=...)`) for the exact buckets of a real model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dpsim.collectives import ALGORITHMS, collective_time_s
+from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
+from dpsim.hardware import Cluster, Device, Link
+from dpsim.memory import OPTIMIZERS, model_state_bytes
+from dpsim.trace import Event, Trace
+from dpsim.validation import require_choice, require_int, require_range
+from dpsim.workload import DTYPE_BYTES, Workload
+
+MiB = 1024**2
+DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
+DEFAULT_FIRST_BUCKET_CAP_MB = 1.0  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / MiB
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """One DDP training step on every rank."""
+
+    batch_size: int = 32  # samples per process per step (global batch = batch_size * N)
+    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB  # MiB per bucket after the first
+    first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB  # MiB for the first bucket
+    overlap: bool = True  # False: all-reduce every bucket only after backward ends
+    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    dtype: str = "fp32"  # compute and gradient dtype
+    algorithm: str = "ring"  # all-reduce algorithm, one of collectives.ALGORITHMS
+    gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, 1, 1 << 24)
+        require_range("bucket_cap_mb", self.bucket_cap_mb, 0, 1 << 20, low_inclusive=False)
+        require_range("first_bucket_cap_mb", self.first_bucket_cap_mb, 0, 1 << 20,
+                      low_inclusive=False)
+        _require_bool("overlap", self.overlap)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_choice("dtype", self.dtype, DTYPE_BYTES)
+        require_choice("algorithm", self.algorithm, ALGORITHMS)
+        _require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
+
+
+def _require_bool(field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} is not allowed; allowed: True, False")
+
+
+@dataclass(frozen=True)
+class GradTensor:
+    """One gradient as DDP sees it."""
+
+    name: str  # parameter name, e.g. "2.weight" (or a layer name)
+    nbytes: int
+    layer: int = 0  # index in Workload.layers of the layer whose backward produces it
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A group of gradients all-reduced together."""
+
+    index: int  # 0 = the first bucket to be ready (the model's last parameters)
+    params: tuple[str, ...]  # in the order their gradients become ready
+    nbytes: int
+    cap_bytes: int  # the cap this bucket was filled against
+    ready_layer: int  # the layer whose backward makes the bucket's last gradient ready
+
+
+def build_buckets(tensors: Sequence[GradTensor], bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB,
+                  first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB,
+                  ready_order: Sequence[str] | None = None) -> list[Bucket]:
+    """Buckets for gradients listed in parameter order (the order of model.parameters()).
+
+    Walks the tensors in the order their gradients become ready, closing a bucket as soon
+    as its bytes reach its cap: `first_bucket_cap_mb` for bucket 0, `bucket_cap_mb` after.
+    The order is the reverse of the parameters (DDP's guess when it starts), or
+    `ready_order` (tensor names) when given: DDP rebuilds its buckets in the order it saw
+    in its first iteration, which differs for layers such as Conv2d (weight before bias).
+    """
+    require_range("bucket_cap_mb", bucket_cap_mb, 0, low_inclusive=False)
+    require_range("first_bucket_cap_mb", first_bucket_cap_mb, 0, low_inclusive=False)
+    caps = (int(first_bucket_cap_mb * MiB), int(bucket_cap_mb * MiB))
+    order = list(reversed(tensors))
+    if ready_order is not None:
+        by_name = {t.name: t for t in tensors}
+        if sorted(ready_order) != sorted(by_name) or len(by_name) != len(tensors):
+            raise ValueError(f"ready_order={list(ready_order)!r} is not allowed; give every "
+                             f"tensor name exactly once: {sorted(by_name)}")
+        order = [by_name[name] for name in ready_order]
+    buckets: list[Bucket] = []
+    current: list[GradTensor] = []
+    size = 0
+
+    def close() -> None:
+        cap = caps[0] if not buckets else caps[1]
+        buckets.append(Bucket(len(buckets), tuple(t.name for t in current), size, cap,
+                              min(t.layer for t in current)))
+
+    for tensor in order:
+        require_int(f"nbytes of {tensor.name!r}", tensor.nbytes, 0)
+        current.append(tensor)
+        size += tensor.nbytes
+        if size >= (caps[0] if not buckets else caps[1]):
+            close()
+            current, size = [], 0
+    if current:
+        close()
+    return buckets
+
+
+def grad_tensors(workload: Workload, dtype: str = "fp32",
+                 names: Sequence[tuple[str, int]] | None = None) -> list[GradTensor]:
+    """The gradients of `workload` in parameter order.
+
+    Without `names`: one tensor per layer that has parameters (its gradients in `dtype`).
+    With `names` [(parameter name, nbytes), ...] from a real model: one per parameter,
+    each assigned to the layer whose name prefixes it.
+    """
+    require_choice("dtype", dtype, DTYPE_BYTES)
+    if names is None:
+        return [GradTensor(layer.name, layer.n_params * DTYPE_BYTES[dtype], i)
+                for i, layer in enumerate(workload.layers) if layer.n_params > 0]
+    owners = {layer.name: i for i, layer in enumerate(workload.layers)}
+    fallback = owners.get("(non-leaf parameters)", 0)
+    out = []
+    for name, nbytes in names:
+        prefix, layer = name, fallback
+        while "." in prefix:
+            prefix = prefix.rsplit(".", 1)[0]
+            if prefix in owners:
+                layer = owners[prefix]
+                break
+        out.append(GradTensor(name, int(nbytes), layer))
+    return out
+
+
+def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
+                      ) -> float:
+    """Seconds to all-reduce one bucket of `nbytes` (alpha-beta, dpsim.collectives)."""
+    return collective_time_s("all_reduce", nbytes, world_size, link, algorithm)
+
+
+def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = None, *,
+             tensors: Sequence[GradTensor] | None = None,
+             ready_order: Sequence[str] | None = None) -> Trace:
+    """Timeline of one DDP step on rank 0 of `cluster` (every rank runs the same one).
+
+    `tensors` and `ready_order`: a real model's gradients (see `build_buckets`).
+
+    Events: per-layer forward and backward on stream "compute", one "all_reduce" per
+    bucket on stream "comm", then the optimizer. meta: step_time_s, buckets, world_size.
+    """
+    cfg = config or DDPConfig()
+    n = cluster.world_size
+    link = cluster.link_for(n)
+    device = cluster.device
+    grads = list(tensors) if tensors is not None else grad_tensors(workload, cfg.dtype)
+    buckets = build_buckets(grads, cfg.bucket_cap_mb, cfg.first_bucket_cap_mb, ready_order)
+    trace = Trace("simulated", meta={
+        "strategy": "ddp", "workload": workload.name, "device": device.name,
+        "link": link.name, "world_size": n, "batch_size": cfg.batch_size,
+        "bucket_cap_mb": cfg.bucket_cap_mb, "first_bucket_cap_mb": cfg.first_bucket_cap_mb,
+        "overlap": cfg.overlap,
+        "buckets": [{"index": b.index, "params": list(b.params), "nbytes": b.nbytes}
+                    for b in buckets],
+    })
+    _memory_samples(trace, workload, cfg, sum(b.nbytes for b in buckets))
+    t = _compute_events(trace, workload, device, cfg)
+    backward_end = t
+    ready = {e.label: e.end_s for e in trace.filter(kind="backward")}
+    comm_free = 0.0
+    for bucket in buckets:
+        layer_name = workload.layers[bucket.ready_layer].name if workload.layers else ""
+        ready_s = ready.get(layer_name, backward_end) if cfg.overlap else backward_end
+        start = max(ready_s, comm_free)
+        end = start + all_reduce_time_s(bucket.nbytes, n, link, cfg.algorithm)
+        trace.add(Event(0, "comm", "all_reduce", start, end, bucket.nbytes,
+                        f"bucket {bucket.index}"))
+        comm_free = end
+    start = max(backward_end, comm_free)
+    d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, cfg.optimizer)
+    trace.add(Event(0, "compute", "optimizer", start, start + d, label=cfg.optimizer))
+    trace.meta["step_time_s"] = start + d
+    return trace
+
+
+def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPConfig) -> float:
+    """Add forward and backward events per layer; return the time backward ends."""
+    t = 0.0
+    for layer in workload.layers:
+        d = forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        trace.add(Event(0, "compute", "forward", t, t + d, label=layer.name))
+        t += d
+    for layer in reversed(workload.layers):
+        d = backward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
+        t += d
+    return t
+
+
+def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_bytes: int) -> None:
+    """Model states, the bucket copy of the gradients, and the batch's activations."""
+    states = model_state_bytes(workload.n_params, workload.n_param_tensors, dtype=cfg.dtype,
+                               optimizer=cfg.optimizer)
+    trace.sample(0, 0.0, "parameters", states.parameters)
+    trace.sample(0, 0.0, "optimizer", states.optimizer)
+    trace.sample(0, 0.0, "gradients", states.gradients)
+    trace.sample(0, 0.0, "buckets", 0 if cfg.gradient_as_bucket_view else bucket_bytes)
+    trace.sample(0, 0.0, "activations", workload.activation_bytes(cfg.batch_size, cfg.dtype))
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Where a step's time goes on one rank, in seconds."""
+
+    step_s: float  # first event start to last event end
+    compute_s: float  # forward + backward + optimizer (busy time of the compute stream)
+    comm_s: float  # busy time of the comm stream
+    hidden_comm_s: float  # communication that ran while compute ran
+    exposed_comm_s: float  # time the step is longer than its compute
+
+    @property
+    def overlap_fraction(self) -> float:
+        """Share of communication hidden behind compute (1.0 when there is none)."""
+        return self.hidden_comm_s / self.comm_s if self.comm_s > 0 else 1.0
+
+    @property
+    def scaling_efficiency(self) -> float:
+        """Throughput per rank relative to one device without communication."""
+        return self.compute_s / self.step_s if self.step_s > 0 else 1.0
+
+
+def breakdown(trace: Trace, device: int = 0) -> StepBreakdown:
+    """Split one step of `trace` (simulated or measured) into compute, hidden and exposed comm."""
+    events = trace.filter(device=device)
+    if not events:
+        raise ValueError(f"device={device} has no events in this trace; allowed: {trace.devices}")
+    step = max(e.end_s for e in events) - min(e.start_s for e in events)
+    compute = trace.busy_s(device, "compute")
+    comm = trace.busy_s(device, "comm")
+    exposed = min(comm, max(0.0, step - compute))
+    return StepBreakdown(step, compute, comm, max(0.0, comm - exposed), exposed)
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One world size in a scaling study."""
+
+    world_size: int
+    breakdown: StepBreakdown
+    n_buckets: int
+    samples_per_s: float  # global throughput
+
+
+def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = None,
+            world_sizes: Sequence[int] = (1, 2, 4, 8)) -> list[ScalingPoint]:
+    """Simulate the same per-process batch on `cluster` resized to each world size."""
+    cfg = config or DDPConfig()
+    out = []
+    for n in world_sizes:
+        require_int("world_size", n, 1)
+        trace = simulate(workload, cluster.with_devices(n), cfg)
+        b = breakdown(trace)
+        out.append(ScalingPoint(n, b, len(trace.meta["buckets"]),
+                                n * cfg.batch_size / b.step_s if b.step_s > 0 else 0.0))
+    return out

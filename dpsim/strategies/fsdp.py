@@ -1,0 +1,318 @@
+"""FSDP / ZeRO: one training step, unit by unit, on one representative device.
+
+Every device runs the same schedule on a shard of the same size (FSDP pads shards to
+equal size), so the step is simulated once, on device 0, and `trace.meta` says that the
+other `world_size - 1` devices are identical. That keeps 1024 devices as cheap as 2.
+
+Stage 3 (FSDP's FULL_SHARD), per unit (a group of consecutive layers):
+forward:  all-gather the unit's parameters, compute, free them (reshard_after_forward);
+backward: all-gather again, compute, reduce-scatter the gradients, free the parameters.
+Stages 1 and 2 keep the parameters whole: they reduce-scatter gradients after each unit's
+backward and all-gather the updated parameters after the optimizer step. Stage 0
+(NO_SHARD, like DDP) all-reduces each unit's gradients. One comm stream runs the
+collectives in the order they are issued (FIFO); the compute stream waits for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dpsim.collectives import ALGORITHMS, collective_time_s
+from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
+from dpsim.hardware import Cluster
+from dpsim.memory import (
+    OPTIMIZERS,
+    PRECISIONS,
+    ZERO_STAGES,
+    optimizer_state_bytes,
+    precision_bytes_per_param,
+)
+from dpsim.trace import Event, Trace
+from dpsim.validation import require_choice, require_int
+from dpsim.workload import DTYPE_BYTES, Workload
+
+
+@dataclass(frozen=True)
+class FSDPConfig:
+    """One FSDP / ZeRO training step; world_size comes from the Cluster."""
+
+    batch_size: int = 8  # samples per device per step
+    stage: int = 3  # ZeRO stage: 0 replicate, 1 +optimizer sharded, 2 +gradients, 3 +parameters
+    precision: str = "mixed"  # "fp32", "mixed" (bf16 compute, fp32 master) or "bf16"
+    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    reshard_after_forward: bool = True  # stage 3: free gathered parameters after forward
+    forward_prefetch: bool = True  # all-gather unit i+1 while unit i computes forward
+    backward_prefetch: bool = True  # all-gather unit i-1 while unit i computes backward
+    activation_checkpointing: bool = False  # keep unit inputs only; recompute in backward
+    layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
+    algorithm: str = "ring"  # collective algorithm, see collectives.ALGORITHMS
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, 1, 1 << 24)
+        require_choice("stage", self.stage, ZERO_STAGES)
+        require_choice("precision", self.precision, PRECISIONS)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
+        require_choice("algorithm", self.algorithm, ALGORITHMS)
+        for name in ("reshard_after_forward", "forward_prefetch", "backward_prefetch",
+                     "activation_checkpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; give True or "
+                                 "False")
+
+    @property
+    def dtype(self) -> str:
+        """Dtype of compute, of the gathered parameters and of the gradients sent."""
+        return "fp32" if self.precision == "fp32" else "bf16"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One FSDP unit: its parameters and per-step costs on one device."""
+
+    name: str
+    n_params: int
+    n_param_tensors: int
+    forward_s: float
+    backward_s: float
+    activation_bytes: int  # kept for backward by this unit's layers (whole local batch)
+    input_bytes: int  # the unit's input (kept alone under activation checkpointing)
+
+
+def build_units(workload: Workload, cluster: Cluster, config: FSDPConfig) -> list[Unit]:
+    """Group the workload's layers into units and cost each on the cluster's device."""
+    b, dt, dev = config.batch_size, config.dtype, cluster.device
+    scale = b * DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
+    units: list[Unit] = []
+    prev_out = workload.input_bytes
+    layers = workload.layers
+    for i in range(0, len(layers), config.layers_per_unit):
+        group = layers[i:i + config.layers_per_unit]
+        name = group[0].name if len(group) == 1 else f"{group[0].name}..{group[-1].name}"
+        units.append(Unit(
+            name=name,
+            n_params=sum(layer.n_params for layer in group),
+            n_param_tensors=sum(layer.n_param_tensors for layer in group),
+            forward_s=sum(forward_time_s(layer, b, dev, dt, workload.dtype) for layer in group),
+            backward_s=sum(backward_time_s(layer, b, dev, dt, workload.dtype) for layer in group),
+            activation_bytes=int(sum(layer.activation_bytes for layer in group) * scale),
+            input_bytes=int(prev_out * scale),
+        ))
+        prev_out = group[-1].output_bytes
+    return units
+
+
+def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
+                                 bytes_per_param: int = 2,
+                                 reshard_after_forward: bool = True) -> int:
+    """Communication volume per step, in bytes: 3x the model for FSDP, 2x for DDP.
+
+    The volume adds the full-tensor size of every collective, an all-reduce counting
+    twice (it is a reduce-scatter plus an all-gather). Stage 3 all-gathers the parameters
+    in forward and again in backward and reduce-scatters the gradients (3x; 2x without
+    reshard_after_forward); stages 1-2 reduce-scatter gradients and all-gather the updated
+    parameters (2x); stage 0 all-reduces gradients (2x). With a ring each device sends
+    (N-1)/N of the volume. 0 for one device.
+    """
+    require_int("n_params", n_params, 0)
+    require_int("world_size", world_size, 1)
+    require_choice("stage", stage, ZERO_STAGES)
+    if world_size == 1:
+        return 0
+    model = n_params * bytes_per_param
+    if stage == 3 and reshard_after_forward:
+        return 3 * model
+    return 2 * model
+
+
+def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
+    """Timeline and memory over one step on device 0; all devices are identical.
+
+    Memory categories: "parameters" (the persistent shard or full copy), "gathered"
+    (unsharded parameters of the units currently all-gathered), "gradients", "optimizer"
+    (with the fp32 master copy under mixed precision), "activations". meta holds
+    step_time_s, compute_s, comm_s, exposed_comm_s, peak_bytes, breakdown (at peak),
+    fits, comm_volume_bytes, model_bytes, comm_to_model, sent_bytes_per_device.
+    """
+    return _Step(workload, cluster, config).run()
+
+
+class _Step:
+    """The event loop of one step (a class so that the phases read in order)."""
+
+    def __init__(self, workload: Workload, cluster: Cluster, config: FSDPConfig) -> None:
+        self.w, self.cfg, self.cluster = workload, config, cluster
+        self.n = cluster.world_size
+        self.link = cluster.link_for(self.n)
+        self.units = build_units(workload, cluster, config)
+        self.p_bytes, self.g_bytes, _ = precision_bytes_per_param(config.precision,
+                                                                  config.optimizer)
+        self.trace = Trace("simulated", meta={
+            "strategy": "fsdp", "stage": config.stage, "workload": workload.name,
+            "cluster": cluster.name, "world_size": self.n, "batch_size": config.batch_size,
+            "representative_device": 0, "devices_identical": True, "n_units": len(self.units)})
+        self.deltas: list[tuple[float, str, int]] = []  # (time_s, category, bytes added)
+        self.comm_free = 0.0  # comm stream clock
+        self.t = 0.0  # compute stream clock
+        self.volume = 0  # comm volume: collective sizes, an all-reduce counted twice
+        self.cost_s: dict[tuple[str, int], float] = {}
+
+    # --- helpers ---------------------------------------------------------------------
+    def shard(self, nbytes_full: int, sharded: bool) -> int:
+        """Bytes of a padded shard (ceil(n/N)) or of the full tensor."""
+        return -(-nbytes_full // self.n) if sharded else nbytes_full
+
+    def mem(self, time_s: float, category: str, delta: int) -> None:
+        self.deltas.append((time_s, category, delta))
+
+    def comm(self, kind: str, nbytes: int, ready_s: float, label: str) -> tuple[float, float]:
+        """Queue a collective on the comm stream; return its (start, end) times."""
+        if self.n == 1 or nbytes == 0:
+            return ready_s, ready_s
+        start = max(self.comm_free, ready_s)
+        key = (kind, nbytes)
+        if key not in self.cost_s:  # units of equal size share one cost evaluation
+            self.cost_s[key] = collective_time_s(kind, nbytes, self.n, self.link,
+                                                 self.cfg.algorithm)
+        end = start + self.cost_s[key]
+        self.trace.add(Event(0, "comm", kind, start, end, nbytes, label))
+        self.comm_free = end
+        self.volume += nbytes * (2 if kind == "all_reduce" else 1)
+        return start, end
+
+    def compute(self, kind: str, ready_s: float, duration_s: float, label: str) -> float:
+        """Run on the compute stream once `ready_s` has passed; return the start time."""
+        start = max(self.t, ready_s)
+        self.t = start + duration_s
+        self.trace.add(Event(0, "compute", kind, start, self.t, 0, label))
+        return start
+
+    def gather(self, i: int, ready_s: float) -> float:
+        """All-gather unit i's parameters (buffer allocated when it starts); return its end."""
+        nbytes = self.units[i].n_params * self.p_bytes
+        start, end = self.comm("all_gather", nbytes, ready_s, self.units[i].name)
+        self.mem(start, "gathered", nbytes)
+        return end
+
+    def kept_bytes(self, u: Unit) -> int:
+        return u.input_bytes if self.cfg.activation_checkpointing else u.activation_bytes
+
+    # --- phases ----------------------------------------------------------------------
+    def run(self) -> Trace:
+        cfg, units = self.cfg, self.units
+        n_params = sum(u.n_params for u in units)
+        n_tensors = sum(u.n_param_tensors for u in units)
+        opt_full = optimizer_state_bytes(n_params, n_tensors, cfg.optimizer,
+                                         cfg.precision == "mixed", cfg.dtype)
+        self.mem(0.0, "parameters",
+                 sum(self.shard(u.n_params * self.p_bytes, cfg.stage == 3) for u in units))
+        self.mem(0.0, "optimizer", self.shard(opt_full, cfg.stage >= 1))
+        for category in ("gathered", "gradients", "activations"):
+            self.mem(0.0, category, 0)
+        kept = self.forward_sharded() if cfg.stage == 3 else self.forward_replicated()
+        self.backward(kept)
+        self.optimizer_step(n_params, n_tensors)
+        return self.finish(n_params)
+
+    def forward_replicated(self) -> dict[int, float]:
+        for u in self.units:
+            self.compute("forward", self.t, u.forward_s, u.name)
+            self.mem(self.t, "activations", self.kept_bytes(u))
+        return {}
+
+    def forward_sharded(self) -> dict[int, float]:
+        """Stage 3 forward; return {unit: time its parameters were ready} for units kept."""
+        cfg, units = self.cfg, self.units
+        last = len(units) - 1
+        ready: dict[int, float] = {0: self.gather(0, 0.0)} if units else {}
+        kept: dict[int, float] = {}
+        for i, u in enumerate(units):
+            start = self.compute("forward", ready[i], u.forward_s, u.name)
+            if i < last and cfg.forward_prefetch:
+                ready[i + 1] = self.gather(i + 1, start)
+            self.mem(self.t, "activations", self.kept_bytes(u))
+            if cfg.reshard_after_forward and i < last:  # the last unit is needed right away
+                self.mem(self.t, "gathered", -u.n_params * self.p_bytes)
+            else:
+                kept[i] = ready[i]
+            if i < last and not cfg.forward_prefetch:
+                ready[i + 1] = self.gather(i + 1, self.t)
+        return kept
+
+    def backward(self, ready: dict[int, float]) -> None:
+        cfg, units = self.cfg, self.units
+        stage3, ckpt = cfg.stage == 3, cfg.activation_checkpointing
+        scale = cfg.batch_size * DTYPE_BYTES[cfg.dtype] / DTYPE_BYTES[self.w.dtype]
+        self.mem(self.t, "activations", int(self.w.loss_bytes * scale))
+        for i in range(len(units) - 1, -1, -1):
+            u = units[i]
+            if stage3 and i not in ready:
+                ready[i] = self.gather(i, self.t)
+            start = self.compute("backward", ready.get(i, 0.0),
+                                 u.backward_s + (u.forward_s if ckpt else 0.0), u.name)
+            if stage3 and cfg.backward_prefetch and i > 0 and (i - 1) not in ready:
+                ready[i - 1] = self.gather(i - 1, start)
+            grad_full = u.n_params * self.g_bytes
+            self.mem(start, "gradients", grad_full)
+            if ckpt:
+                self.mem(start, "activations", u.activation_bytes)
+            self.mem(self.t, "activations", -u.activation_bytes - (u.input_bytes if ckpt else 0))
+            if stage3:
+                self.mem(self.t, "gathered", -u.n_params * self.p_bytes)
+            if cfg.stage == 0:
+                self.comm("all_reduce", grad_full, self.t, u.name)
+                continue
+            _, end = self.comm("reduce_scatter", grad_full, self.t, u.name)
+            if cfg.stage >= 2:  # the full gradient is freed once its shard has arrived
+                self.mem(end, "gradients", self.shard(grad_full, True) - grad_full)
+        self.mem(self.t, "activations", -int(self.w.loss_bytes * scale))
+
+    def optimizer_step(self, n_params: int, n_tensors: int) -> None:
+        cfg = self.cfg
+        local = -(-n_params // self.n) if cfg.stage >= 1 else n_params
+        d = optimizer_time_s(local, n_tensors, self.cluster.device, cfg.optimizer)
+        self.compute("optimizer", self.comm_free, d, cfg.optimizer)
+        if cfg.stage in (1, 2):  # every device's updated slice goes to every device
+            for u in self.units:
+                self.comm("all_gather", u.n_params * self.p_bytes, self.t, u.name)
+
+    def finish(self, n_params: int) -> Trace:
+        tr, cfg = self.trace, self.cfg
+        totals: dict[str, int] = {}
+        for time_s, category, delta in sorted(self.deltas, key=lambda d: d[0]):
+            totals[category] = totals.get(category, 0) + delta
+            tr.sample(0, time_s, category, totals[category])
+        end = max(self.t, self.comm_free)
+        compute_s = tr.busy_s(0, "compute")
+        peak_at = tr.memory_at_peak(0)
+        model_bytes = n_params * self.p_bytes
+        tr.meta.update({
+            "step_time_s": end,
+            "compute_s": compute_s,
+            "comm_s": tr.busy_s(0, "comm"),
+            "exposed_comm_s": max(0.0, end - compute_s),
+            "peak_bytes": sum(peak_at.values()),
+            "breakdown": peak_at,
+            "fits": sum(peak_at.values()) <= self.cluster.device.memory_bytes,
+            "comm_volume_bytes": self.volume,
+            "model_bytes": model_bytes,
+            "comm_to_model": self.volume / model_bytes if model_bytes else 0.0,
+            "sent_bytes_per_device": int(self.volume * (self.n - 1) / self.n),
+            "samples_per_s": cfg.batch_size * self.n / end if end > 0 else float("inf"),
+        })
+        return tr
+
+
+def timing_summary(trace: Trace) -> dict[str, float]:
+    """Step time split into compute, communication hidden behind it, and exposed comm (s)."""
+    m = trace.meta
+    hidden = max(0.0, m["comm_s"] - m["exposed_comm_s"])
+    return {"step_s": m["step_time_s"], "compute_s": m["compute_s"], "hidden_comm_s": hidden,
+            "exposed_comm_s": m["exposed_comm_s"]}
+
+
+def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
+                   stages: tuple[int, ...] = ZERO_STAGES) -> dict[str, Trace]:
+    """The same step under each ZeRO stage: {"ZeRO-0 (DDP)": trace, ..., "ZeRO-3 (FSDP)": ...}."""
+    names = {0: "ZeRO-0 (DDP)", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 (FSDP)"}
+    return {names[s]: simulate(workload, cluster, replace(config, stage=s)) for s in stages}

@@ -1,0 +1,137 @@
+"""Figures for choosing a strategy: step split, memory per device, scaling curves.
+
+The dashboard redraws on every slider move, so these builders pass plain dicts to one
+`go.Figure(...)` call and style the layout by hand: plotly's subplot helper and template
+lookup cost more than the whole simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from dpsim.planner import LABELS, Crossover, PlanResult, efficiencies
+
+SPLIT_COLORS = {"compute": "#4C78A8", "hidden comm": "#72B7B2", "exposed comm": "#E45756",
+                "host / GIL": "#BAB0AC"}
+PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2")
+MAX_BARS = 64  # beyond this many identical devices, they are drawn as one bar
+_GRID = {"gridcolor": "#EBEBEB", "zerolinecolor": "#EBEBEB", "linecolor": "#BBBBBB"}
+
+
+def _layout(title: str, domains: Sequence[tuple[float, float]], titles: Sequence[str],
+            height: int) -> dict[str, Any]:
+    """A white layout with one x/y axis pair per domain and a title over each."""
+    layout: dict[str, Any] = {
+        "title": {"text": title}, "height": height, "plot_bgcolor": "white",
+        "paper_bgcolor": "white", "margin": {"l": 60, "r": 20, "t": 80, "b": 50},
+        "legend": {"orientation": "h", "y": -0.2}, "barmode": "stack", "annotations": [],
+    }
+    for i, (dom, sub) in enumerate(zip(domains, titles, strict=True), start=1):
+        sfx = "" if i == 1 else str(i)
+        layout[f"xaxis{sfx}"] = {"domain": list(dom), "anchor": f"y{sfx}", **_GRID}
+        layout[f"yaxis{sfx}"] = {"anchor": f"x{sfx}", **_GRID}
+        layout["annotations"].append({"text": sub, "x": sum(dom) / 2, "y": 1.02,
+                                      "xref": "paper", "yref": "paper", "showarrow": False,
+                                      "xanchor": "center", "yanchor": "bottom"})
+    return layout
+
+
+def _axes(i: int) -> dict[str, str]:
+    return {"xaxis": f"x{'' if i == 1 else i}", "yaxis": f"y{'' if i == 1 else i}"}
+
+
+def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
+                mode: str = "strong") -> go.Figure:
+    """Step split, memory per device (out-of-memory in red) and, if given, the scaling curve."""
+    domains = [(0.0, 0.28), (0.36, 0.64), (0.72, 1.0)] if curve else [(0.0, 0.45),
+                                                                        (0.55, 1.0)]
+    titles = ["step time (ms)", "peak memory per device", f"{mode} scaling efficiency"]
+    data: list[dict[str, Any]] = []
+    split = {"compute": p.compute_s, "hidden comm": p.hidden_comm_s,
+             "exposed comm": p.exposed_comm_s, "host / GIL": p.other_s}
+    for name, seconds in split.items():  # hidden comm runs beside compute: its own column
+        col = "comm (overlapped)" if name == "hidden comm" else "step"
+        data.append({"type": "bar", "x": [col], "y": [seconds * 1e3], "name": name,
+                     "marker": {"color": SPLIT_COLORS[name]}, **_axes(1),
+                     "hovertemplate": f"{name}: %{{y:.3g}} ms<extra></extra>"})
+    layout = _layout(f"{LABELS[p.strategy]} on {p.n_devices} device(s), global batch "
+                     f"{p.global_batch}: {p.samples_per_s:,.0f} samples/s (simulated)",
+                     domains, titles[:len(domains)], 400)
+    data += _memory(p, layout)
+    if curve:
+        effs = efficiencies(curve, mode)
+        data.append({"type": "scatter", "x": [c.n_devices for c in curve], "y": effs,
+                     "mode": "lines+markers", "name": "efficiency",
+                     "line": {"color": PALETTE[0]}, **_axes(3)})
+        here = [e for c, e in zip(curve, effs, strict=True) if c.n_devices == p.n_devices]
+        data.append({"type": "scatter", "x": [p.n_devices], "y": here[:1], "mode": "markers",
+                     "marker": {"size": 12, "color": "#E45756"}, "name": f"N = {p.n_devices}",
+                     **_axes(3)})
+        layout["xaxis3"].update({"type": "log", "title": {"text": "devices"}})
+        layout["yaxis3"].update({"range": [0, 1.05]})
+    return go.Figure(data=data, layout=layout)
+
+
+def _memory(p: PlanResult, layout: dict[str, Any]) -> list[dict[str, Any]]:
+    """Bars of GiB per device and a dashed line at the device's memory (axes 2)."""
+    gib = [b / 1024**3 for b in p.peak_bytes]
+    if len(gib) > MAX_BARS and len(set(p.peak_bytes)) == 1:
+        x, gib = [f"each of {len(gib)}"], gib[:1]
+    else:
+        x = [f"dev {d}" for d in range(len(gib))]
+    cap = p.memory_bytes / 1024**3
+    n_oom = len(p.oom_devices)
+    layout["yaxis2"]["title"] = {"text": "GiB" + (f": {n_oom} OUT OF MEMORY" if n_oom else "")}
+    return [
+        {"type": "bar", "x": x, "y": gib, "name": "peak (GiB)", "showlegend": False,
+         "marker": {"color": ["#E45756" if g > cap else "#54A24B" for g in gib]}, **_axes(2),
+         "hovertemplate": "%{x}: %{y:.2f} GiB<extra></extra>"},
+        {"type": "scatter", "x": [x[0], x[-1]], "y": [cap, cap], "mode": "lines+text",
+         "line": {"color": "black", "dash": "dash"}, "name": "device memory",
+         "text": ["", f"memory {cap:.0f} GiB"], "textposition": "top left",
+         "showlegend": False, **_axes(2)},
+    ]
+
+
+def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "strong",
+                   crossovers: Sequence[Crossover] = ()) -> go.Figure:
+    """Efficiency (left) and exposed-comm share of the step (right) against device count,
+    with the formula's crossover (dashed) and the simulation's (dotted)."""
+    data: list[dict[str, Any]] = []
+    for i, (label, curve) in enumerate(curves.items()):
+        color = PALETTE[i % len(PALETTE)]
+        xs = [c.n_devices for c in curve]
+        data.append({"type": "scatter", "x": xs, "y": efficiencies(curve, mode), "name": label,
+                     "mode": "lines+markers", "line": {"color": color}, **_axes(1)})
+        data.append({"type": "scatter", "x": xs, "y": [c.exposed_comm_s / c.step_s
+                                                       for c in curve],
+                     "name": f"{label} exposed", "mode": "lines+markers", "showlegend": False,
+                     "line": {"color": color, "dash": "dot"}, **_axes(2)})
+    top = max(c.n_devices for cv in curves.values() for c in cv)
+    layout = _layout(f"{mode.capitalize()} scaling from 1 to {top} devices (simulated)",
+                     [(0.0, 0.45), (0.55, 1.0)],
+                     ["scaling efficiency", "exposed communication / step"], 440)
+    for i, cr in enumerate(crossovers):
+        color = PALETTE[i % len(PALETTE)]
+        marks = [(cr.formula_devices, "dash", "formula")]
+        if cr.simulated_devices:
+            marks.append((float(cr.simulated_devices), "dot", "simulated"))
+        for ax in (1, 2):
+            for x, dash, what in marks:
+                data.append({"type": "scatter", "x": [x, x], "y": [0, 1.05], "mode": "lines",
+                             "showlegend": False, "line": {"color": color, "dash": dash,
+                                                           "width": 1},
+                             "name": f"{LABELS[cr.strategy]} crossover ({what})", **_axes(ax)})
+        layout["annotations"].append({
+            "x": 0.01, "y": 0.03 + 0.07 * i, "xref": "paper", "yref": "paper",
+            "showarrow": False, "xanchor": "left", "font": {"color": color, "size": 11},
+            "text": f"{LABELS[cr.strategy]}: formula N* = {cr.formula_devices:.0f} (dashed),"
+                    f" simulated {cr.simulated_devices} (dotted)"})
+    for ax in ("xaxis", "xaxis2"):
+        layout[ax].update({"type": "log", "title": {"text": "devices"}})
+    for ax in ("yaxis", "yaxis2"):
+        layout[ax]["range"] = [0, 1.05]
+    return go.Figure(data=data, layout=layout)

@@ -1,0 +1,149 @@
+"""DataParallel's step, phase by phase, drawn from a Trace (simulated or measured).
+
+`phase_steps(trace)` reads, for every phase of the step (scatter, replicate, forward,
+gather, loss, backward, reduce, optimizer), what each device did, the bytes that moved
+and what each device held at the end of the phase. `scatter_gather(trace)` draws it:
+devices in a row with arrows for the data that flows (device 0 -> others for scatter,
+replicate and the output gradients; others -> device 0 for gather and reduce), and below
+them the memory each device holds, with a slider (or Play) to step through the phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dpsim.trace import Trace
+from dpsim.viz.memory_per_device import UNITS, bytes_at, categories, category_color
+from dpsim.viz.style import finish, human_bytes
+
+PHASE_ORDER = ("scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",
+               "optimizer")
+OUTWARD = ("scatter", "replicate", "grad_scatter")  # device 0 -> the others
+INWARD = ("gather", "reduce")  # the others -> device 0
+CAPTIONS = {
+    "scatter": "the batch is cut into chunks (torch.chunk) and copied to the devices",
+    "replicate": "the module is copied from device 0 to every device in use",
+    "forward": "one thread per device runs forward on its replica",
+    "gather": "the outputs are copied to device 0 and concatenated",
+    "loss": "the loss of the whole batch is computed on device 0",
+    "backward": "the output gradient goes back to each device; each runs its backward",
+    "reduce": "the replicas' gradients are summed onto device 0",
+    "optimizer": "device 0 updates the parameters (copied again at the next step)",
+}
+
+
+@dataclass
+class PhaseStep:
+    """One phase of the step as the trace recorded it."""
+
+    name: str
+    start_s: float
+    end_s: float
+    busy_s: dict[int, float] = field(default_factory=dict)  # device -> seconds in this phase
+    moved: dict[int, int] = field(default_factory=dict)  # device -> bytes sent or received
+    arrows: list[tuple[int, int, int]] = field(default_factory=list)  # (src, dst, nbytes)
+    memory: dict[int, dict[str, int]] = field(default_factory=dict)  # at the phase's end
+
+
+def phase_steps(trace: Trace) -> list[PhaseStep]:
+    """The phases present in `trace`, in step order."""
+    devices = trace.devices
+    steps = []
+    for name in PHASE_ORDER:
+        kinds = (name, "grad_scatter") if name == "backward" else (name,)
+        events = [e for e in trace.events if e.kind in kinds]
+        if not events:
+            continue
+        step = PhaseStep(name, min(e.start_s for e in events), max(e.end_s for e in events))
+        for e in events:
+            step.busy_s[e.device] = step.busy_s.get(e.device, 0.0) + e.duration_s
+            step.moved[e.device] = step.moved.get(e.device, 0) + e.nbytes
+            if e.nbytes and e.device != 0 and e.kind in OUTWARD:
+                step.arrows.append((0, e.device, e.nbytes))
+            if e.nbytes and e.device != 0 and e.kind in INWARD:
+                step.arrows.append((e.device, 0, e.nbytes))
+        step.memory = bytes_at(trace, step.end_s, devices)
+        steps.append(step)
+    return steps
+
+
+def _annotations(step: PhaseStep, devices: list[int]) -> list[dict[str, object]]:
+    notes: list[dict[str, object]] = []
+    for src, dst, nbytes in step.arrows:
+        notes.append({"x": dst, "y": 1.0, "ax": src, "ay": 1.0, "xref": "x", "yref": "y",
+                      "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3,
+                      "arrowwidth": 2, "arrowcolor": "#E45756", "text": "",
+                      "standoff": 18, "startstandoff": 18})
+        notes.append({"x": (src + dst) / 2, "y": 1.25 + 0.12 * (abs(dst - src) % 3),
+                      "xref": "x", "yref": "y", "showarrow": False,
+                      "text": human_bytes(nbytes), "font": {"size": 10, "color": "#E45756"}})
+    notes.append({"x": 0.5, "y": 1.08, "xref": "paper", "yref": "paper", "showarrow": False,
+                  "text": f"<b>{step.name}</b>: {CAPTIONS.get(step.name, '')}"})
+    return notes
+
+
+def _device_text(step: PhaseStep, devices: list[int]) -> list[str]:
+    out = []
+    for d in devices:
+        busy = step.busy_s.get(d)
+        line = f"dev {d}" + (f"<br>{busy * 1e3:.3g} ms" if busy else "<br>idle")
+        if step.moved.get(d):
+            line += f"<br>{human_bytes(step.moved[d])}"
+        out.append(line)
+    return out
+
+
+def scatter_gather(trace: Trace, unit: str = "MiB",
+                   title: str = "DataParallel, phase by phase") -> go.Figure:
+    """Devices, data flow and memory per device for every phase, with a phase slider."""
+    steps = phase_steps(trace)
+    if not steps:
+        raise ValueError("the trace has no DataParallel phases (scatter, forward, ...); "
+                         "give a trace from strategies.dp.simulate or runtime.dp_cpu")
+    devices = trace.devices
+    cats = categories(trace)
+    scale = UNITS[unit]
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.45, 0.55], vertical_spacing=0.12)
+
+    def traces_for(step: PhaseStep) -> list[go.BaseTraceType]:
+        active = [step.busy_s.get(d, 0.0) > 0 for d in devices]
+        data: list[go.BaseTraceType] = [go.Scatter(
+            x=devices, y=[1.0] * len(devices), mode="markers+text",
+            text=_device_text(step, devices), textposition="bottom center",
+            marker={"symbol": "square", "size": 44, "line": {"width": 2, "color": "#333"},
+                    "color": ["#F58518" if a else "#DDDDDD" for a in active]},
+            showlegend=False, hoverinfo="skip")]
+        for cat in cats:
+            data.append(go.Bar(x=devices, y=[step.memory[d].get(cat, 0) / scale
+                                             for d in devices],
+                               name=cat, marker_color=category_color(cat), legendgroup=cat))
+        return data
+
+    for tr in traces_for(steps[0]):
+        fig.add_trace(tr, row=1 if isinstance(tr, go.Scatter) else 2, col=1)
+    frames = [go.Frame(name=s.name, data=traces_for(s),
+                       layout=go.Layout(annotations=_annotations(s, devices)))
+              for s in steps]
+    fig.frames = frames
+    fig.update_layout(
+        annotations=_annotations(steps[0], devices), barmode="stack", height=620,
+        sliders=[{"active": 0, "currentvalue": {"prefix": "phase: "}, "pad": {"t": 40},
+                  "steps": [{"label": s.name, "method": "animate",
+                             "args": [[s.name], {"mode": "immediate", "frame": {
+                                 "duration": 0, "redraw": True}, "transition": {
+                                 "duration": 0}}]} for s in steps]}],
+        updatemenus=[{"type": "buttons", "showactive": False, "x": 0.0, "y": -0.05,
+                      "buttons": [{"label": "Play", "method": "animate",
+                                   "args": [None, {"frame": {"duration": 900,
+                                                             "redraw": True},
+                                                   "fromcurrent": True}]}]}])
+    pad = 0.6
+    fig.update_xaxes(range=[-pad, len(devices) - 1 + pad], tickvals=devices,
+                     ticktext=[f"device {d}" for d in devices], row=1, col=1)
+    fig.update_yaxes(range=[0.4, 1.6], visible=False, row=1, col=1)
+    fig.update_xaxes(tickvals=devices, ticktext=[f"device {d}" for d in devices], row=2, col=1)
+    fig.update_yaxes(title_text=f"{unit} held at the end of the phase", row=2, col=1)
+    return finish(fig, f"{title} ({trace.source})")

@@ -1,0 +1,75 @@
+"""Chapter 5 explorer: bucket_cap_mb, N, model and interconnect -> a DDP step, simulated."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ipywidgets as widgets
+
+from dpsim.hardware import (
+    DEVICES,
+    INFINIBAND_NDR,
+    NVLINK3,
+    NVLINK4,
+    PCIE4_X16,
+    SHARED_MEMORY,
+    Cluster,
+    Link,
+)
+from dpsim.strategies.ddp import DDPConfig, breakdown, scaling, simulate
+from dpsim.viz.ddp_timeline import scaling_figure, timeline
+from dpsim.widgets.dashboard import dashboard
+from dpsim.workload import PRESETS, get_workload
+
+LINKS: dict[str, Link] = {link.name: link for link in
+                          (NVLINK4, NVLINK3, PCIE4_X16, INFINIBAND_NDR, SHARED_MEMORY)}
+WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def cluster_for(device: str, interconnect: str, world_size: int) -> Cluster:
+    """`world_size` devices whose all-reduce runs over the `interconnect` link."""
+    link = LINKS[interconnect]
+    return Cluster(f"{world_size} x {DEVICES[device].name} over {link.name}", DEVICES[device],
+                   world_size, 1, link)
+
+
+def explore(model: str, device: str, interconnect: str, world_size: int,
+            bucket_cap_mb: float, batch_size: int, overlap: bool) -> list[Any]:
+    """Simulate one step at `world_size` and a sweep of N; return [timeline, scaling, text]."""
+    workload = get_workload(model)
+    cfg = DDPConfig(batch_size=batch_size, bucket_cap_mb=bucket_cap_mb, overlap=overlap,
+                    dtype="fp32" if DEVICES[device].kind == "cpu" else "bf16")
+    cluster = cluster_for(device, interconnect, world_size)
+    trace = simulate(workload, cluster, cfg)
+    b = breakdown(trace)
+    sweep = [n for n in WORLD_SIZES if n <= max(8, world_size)]
+    points = scaling(workload, cluster_for(device, interconnect, max(sweep)), cfg, sweep)
+    n_buckets = len(trace.meta["buckets"])
+    text = (f"simulated, N={world_size}: step {b.step_s * 1e3:.2f} ms = compute "
+            f"{b.compute_s * 1e3:.2f} ms + exposed comm {b.exposed_comm_s * 1e3:.2f} ms; "
+            f"comm {b.comm_s * 1e3:.2f} ms in {n_buckets} bucket"
+            f"{'s' if n_buckets != 1 else ''}, {b.overlap_fraction:.0%} hidden; "
+            f"scaling efficiency {b.scaling_efficiency:.0%}")
+    title = f"{workload.name} on {cluster.name}"
+    return [timeline(trace, title=title),
+            scaling_figure(points, title=f"Scaling over {interconnect} (simulated)"), text]
+
+
+def ddp_explorer(model: str = "gpt2-124m", device: str = "h100-80gb",
+                 interconnect: str = INFINIBAND_NDR.name) -> widgets.VBox:
+    """The dashboard: every control redraws the timeline and the scaling sweep."""
+    controls = {
+        "model": widgets.Dropdown(options=list(PRESETS), value=model, description="model"),
+        "device": widgets.Dropdown(options=list(DEVICES), value=device, description="device"),
+        "interconnect": widgets.Dropdown(options=list(LINKS), value=interconnect,
+                                         description="link"),
+        "world_size": widgets.SelectionSlider(options=list(WORLD_SIZES), value=8,
+                                              description="N"),
+        "bucket_cap_mb": widgets.FloatLogSlider(value=25.0, base=2, min=-2,
+                                                max=math.log2(512), step=0.5,
+                                                description="bucket MiB"),
+        "batch_size": widgets.IntSlider(value=8, min=1, max=64, description="batch/rank"),
+        "overlap": widgets.Checkbox(value=True, description="overlap with backward"),
+    }
+    return dashboard(controls, explore)

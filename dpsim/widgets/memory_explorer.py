@@ -1,0 +1,51 @@
+"""Chapter 1 explorer: model preset, device, precision, optimizer and batch -> memory, time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from dpsim.hardware import DEVICES
+from dpsim.memory import OPTIMIZERS, MemoryBreakdown
+from dpsim.strategies.single import SingleConfig, breakdown, simulate
+from dpsim.viz.memory import breakdown_bars
+from dpsim.widgets.dashboard import dashboard
+from dpsim.workload import PRESETS, get_workload
+
+
+def explore(model: str, device: str, precision: str, optimizer: str, batch_size: int
+            ) -> list[Any]:
+    """Simulate one step and return [figure, summary line]."""
+    workload = get_workload(model)
+    dev = DEVICES[device]
+    mixed = precision == "bf16 mixed"
+    cfg = SingleConfig(batch_size=batch_size, optimizer=optimizer,
+                       dtype="bf16" if mixed else "fp32", mixed_precision=mixed)
+    trace = simulate(workload, dev, cfg)
+    pred: MemoryBreakdown = breakdown(trace)
+    fig: go.Figure = breakdown_bars({f"{workload.name}, batch {batch_size}": pred},
+                                    title=f"Simulated memory on one {dev.name}", unit="GiB")
+    fig.add_hline(y=dev.memory_GiB, line_dash="dash", line_color="red",
+                  annotation_text=f"{dev.memory_GiB:g} GiB")
+    verdict = "fits" if trace.meta["fits"] else "OUT OF MEMORY"
+    line = (f"simulated: {pred.total / 1024**3:.1f} GiB ({verdict}); "
+            f"step {trace.meta['step_time_s'] * 1e3:.1f} ms; "
+            f"{trace.meta['samples_per_s']:.1f} samples/s")
+    return [fig, line]
+
+
+def memory_explorer() -> widgets.VBox:
+    """The dashboard: change any control and the figure updates."""
+    controls = {
+        "model": widgets.Dropdown(options=list(PRESETS), value="gpt2-124m", description="model"),
+        "device": widgets.Dropdown(options=[k for k, d in DEVICES.items() if d.kind == "gpu"],
+                                   value="h100-80gb", description="device"),
+        "precision": widgets.ToggleButtons(options=["fp32", "bf16 mixed"], value="fp32",
+                                           description="precision"),
+        "optimizer": widgets.Dropdown(options=list(OPTIMIZERS), value="adam",
+                                      description="optimizer"),
+        "batch_size": widgets.IntSlider(value=8, min=1, max=128, description="batch"),
+    }
+    return dashboard(controls, explore)

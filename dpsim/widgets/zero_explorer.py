@@ -1,0 +1,71 @@
+"""ZeRO explorer: model size, N, precision, optimizer, checkpointing, device memory -> fit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import ipywidgets as widgets
+
+from dpsim.hardware import H100_80GB, NVLINK4, Cluster
+from dpsim.memory import OPTIMIZERS, PRECISIONS
+from dpsim.strategies.fsdp import FSDPConfig, compare_stages
+from dpsim.viz.fsdp import device_grid, zero_bars
+from dpsim.widgets.dashboard import dashboard
+from dpsim.workload import Workload, get_workload, transformer
+
+MODEL_SIZES = ("124M", "1.3B", "7B", "70B", "175B")
+DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+DEVICE_MEMORY_GIB = (16, 24, 40, 80, 141)
+
+
+def model_for(size: str) -> Workload:
+    """A transformer of the named size (presets, and a 96-layer GPT-3-like 175B)."""
+    presets = {"124M": "gpt2-124m", "1.3B": "gpt-1.3b", "7B": "llama-7b", "70B": "llama-70b"}
+    if size in presets:
+        return get_workload(presets[size])
+    return transformer("175B transformer", 96, 12288, 96, 2048, 50257)
+
+
+def cluster_for(n_devices: int, memory_GiB: float) -> Cluster:
+    """n_devices H100-class GPUs (8 per NVLink node, InfiniBand between) of `memory_GiB`."""
+    node = Cluster("H100 node", replace(H100_80GB, memory_GiB=float(memory_GiB)), 8, 1, NVLINK4)
+    return node.with_devices(n_devices)
+
+
+def explore(model: str, n_devices: int, precision: str, optimizer: str,
+            checkpointing: bool, memory_GiB: float, batch_size: int) -> list[Any]:
+    """Simulate the four ZeRO stages; return [bars, device grid, summary line]."""
+    workload = model_for(model)
+    cluster = cluster_for(n_devices, memory_GiB)
+    cfg = FSDPConfig(batch_size=batch_size, precision=precision, optimizer=optimizer,
+                     activation_checkpointing=checkpointing)
+    traces = compare_stages(workload, cluster, cfg)
+    limit = cluster.device.memory_bytes
+    bars = zero_bars({k: t.meta["breakdown"] for k, t in traces.items()}, limit, unit="GiB",
+                     title=f"{workload.name} on {n_devices} x {memory_GiB:g} GiB: simulated peak "
+                           "memory per device")
+    grid = device_grid({k: bool(t.meta["fits"]) for k, t in traces.items()}, n_devices)
+    fitting = [k for k, t in traces.items() if t.meta["fits"]]
+    line = (f"simulated: fits under {', '.join(fitting)}" if fitting
+            else "simulated: out of memory under every stage; add devices or checkpointing")
+    return [bars, grid, line]
+
+
+def zero_explorer() -> widgets.VBox:
+    """The dashboard: every control re-simulates the four stages and redraws."""
+    controls = {
+        "model": widgets.SelectionSlider(options=list(MODEL_SIZES), value="7B",
+                                         description="model"),
+        "n_devices": widgets.SelectionSlider(options=list(DEVICE_COUNTS), value=8,
+                                             description="N devices"),
+        "precision": widgets.ToggleButtons(options=list(PRECISIONS), value="mixed",
+                                           description="precision"),
+        "optimizer": widgets.Dropdown(options=list(OPTIMIZERS), value="adam",
+                                      description="optimizer"),
+        "checkpointing": widgets.Checkbox(value=False, description="activation checkpointing"),
+        "memory_GiB": widgets.SelectionSlider(options=list(DEVICE_MEMORY_GIB), value=80,
+                                              description="GiB/device"),
+        "batch_size": widgets.IntSlider(value=1, min=1, max=16, description="batch/device"),
+    }
+    return dashboard(controls, explore)

@@ -1,0 +1,106 @@
+"""Fixtures for the browser test: one JupyterLab server and one Chromium for the session.
+
+Without Chromium or playwright the tests are skipped, and the run ends with one line
+saying so (set DPSIM_REQUIRE_BROWSER=1, as CI does, to make that a failure instead).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_driver import (
+    INSTALL_HINT,
+    LabServer,
+    clean_screenshot_dir,
+    notebooks,
+    start_lab,
+    unavailable_reason,
+)
+
+SKIP_PREFIX = "browser test did not run"
+_RESULTS_KEY = pytest.StashKey[list[Any]]()
+_REPAIRS_KEY = pytest.StashKey[list[str]]()
+
+
+def _skip_or_fail(why: str) -> None:
+    message = f"{SKIP_PREFIX}: {why}; {INSTALL_HINT}"
+    if os.environ.get("DPSIM_REQUIRE_BROWSER") == "1":
+        pytest.fail(message + " (DPSIM_REQUIRE_BROWSER=1 makes this a failure)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser_ready() -> None:
+    """Skip (or fail under DPSIM_REQUIRE_BROWSER=1) where Chromium or playwright is missing."""
+    why = unavailable_reason()
+    if why:
+        _skip_or_fail(why)
+
+
+@pytest.fixture(scope="session")
+def lab_server(
+    browser_ready: None, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LabServer]:
+    """`python -m dpsim lab` in the background; stopped, with all its kernels, at the end."""
+    server = start_lab(tmp_path_factory.mktemp("lab"), notebooks())
+    try:
+        yield server
+    finally:
+        repairs = server.stop()
+        request.config.stash.setdefault(_REPAIRS_KEY, []).extend(repairs)
+
+
+@pytest.fixture(scope="session")
+def browser(browser_ready: None) -> Iterator[Any]:
+    """Headless Debian Chromium driven by playwright (no browser download)."""
+    from lab_driver import CHROMIUM_FLAGS, CHROMIUM_PATH
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=str(CHROMIUM_PATH), args=CHROMIUM_FLAGS, headless=True
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="session")
+def shots_dir(browser_ready: None) -> Path:
+    """artifacts/screenshots/, emptied of the last run's PNGs."""
+    return clean_screenshot_dir()
+
+
+@pytest.fixture
+def record_result(request: pytest.FixtureRequest) -> Any:
+    """Keep a NotebookResult for the terminal summary."""
+    return request.config.stash.setdefault(_RESULTS_KEY, []).append
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Per-notebook lines, where the screenshots are, or the one line saying it did not run."""
+    results = config.stash.get(_RESULTS_KEY, [])
+    repairs = config.stash.get(_REPAIRS_KEY, [])
+    skipped = [
+        r for r in terminalreporter.stats.get("skipped", []) if SKIP_PREFIX in str(r.longrepr)
+    ]
+    if results:
+        terminalreporter.section("JupyterLab in headless Chromium")
+        for r in results:
+            terminalreporter.write_line(r.summary())
+        for line in repairs:
+            terminalreporter.write_line(f"after the test: {line}")
+        shots = sorted({p.parent for r in results for p in r.screenshots})
+        for folder in shots:
+            terminalreporter.write_line(f"browser screenshots: {folder}")
+    elif skipped:
+        reason = str(skipped[0].longrepr[-1]) if isinstance(skipped[0].longrepr, tuple) else ""
+        reason = reason.removeprefix("Skipped: ")
+        terminalreporter.write_line(
+            reason or f"{SKIP_PREFIX}; {INSTALL_HINT}", yellow=True, bold=True
+        )

@@ -1,0 +1,426 @@
+"""One notebook in headless Chromium, used as a learner uses it.
+
+Open it in JupyterLab, Run > Run All Cells, wait for the kernel to go idle, then look:
+errors, figures drawn, widgets drawn, one slider per dashboard moved (the figure must
+change), animations played to their last frame. Every wait is bounded, and every
+problem is collected as a sentence that says where (notebook, cell, first line).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # playwright is imported only where the browser test runs
+    from lab_driver import LabServer
+    from playwright.sync_api import Browser, Locator, Page
+
+PROBE_JS = Path(__file__).with_name("notebook_probe.js")
+VIEWPORT = {"width": 1280, "height": 860}
+KERNEL_READY_S = 60.0  # open the page, start the kernel
+SETTLE_S = 30.0  # outputs arrived -> figures and widgets drawn
+SLIDER_EFFECT_S = 30.0  # slider moved -> figure redrawn
+ANIMATION_S = 60.0  # play clicked -> last frame shown
+SLOW_FIRST_OUTPUT_S = 20.0  # a learner waits this long for the first output: say so
+MAX_CELL_SHOTS = 10
+# Browser console noise that says nothing about the notebook.
+BENIGN_CONSOLE = ("ResizeObserver loop", "favicon", "Failed to load resource", "[Violation]")
+# Console errors from the renderers a learner relies on are failures, not notes.
+SERIOUS_CONSOLE = ("plotly", "Plotly", "widget", "Widget", "Error rendering", "renderModel")
+
+
+@dataclass
+class NotebookResult:
+    """What the browser showed for one notebook."""
+
+    name: str
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth reading, not a failure
+    checks: list[str] = field(default_factory=list)  # what was verified, in words
+    run_s: float | None = None  # Run All Cells -> kernel idle
+    first_output_s: float | None = None  # Run All Cells -> first output on the page
+    n_code_cells: int = 0
+    n_figures: int = 0
+    n_widget_outputs: int = 0
+    screenshots: list[Path] = field(default_factory=list)
+    phase_s: dict[str, float] = field(default_factory=dict)  # seconds per phase of the test
+
+    def summary(self) -> str:
+        """One line for the terminal summary."""
+        run = f"{self.run_s:.1f} s" if self.run_s is not None else "did not finish"
+        first = f"{self.first_output_s:.1f} s" if self.first_output_s is not None else "-"
+        verdict = "ok" if not self.failures else f"{len(self.failures)} problem(s)"
+        phases = ", ".join(f"{k} {v:.0f} s" for k, v in self.phase_s.items())
+        return (
+            f"{self.name}: {verdict}; ran in {run} (first output after {first}); "
+            f"{self.n_code_cells} code cells, {self.n_figures} figures, "
+            f"{self.n_widget_outputs} widget outputs; {len(self.checks)} interactive checks"
+            f" [{phases}]"
+        )
+
+
+class NotebookSession:
+    """A browser page showing one notebook, with the probe loaded."""
+
+    def __init__(self, browser: Browser, server: LabServer, notebook: Path) -> None:
+        self.notebook = notebook
+        self.server = server
+        self.context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
+        self.page: Page = self.context.new_page()
+        self.page.add_init_script(path=str(PROBE_JS))
+        self.console: list[str] = []
+        self.page.on("pageerror", lambda e: self.console.append(f"page error: {e}"))
+        self.page.on(
+            "console",
+            lambda m: (
+                self.console.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+            ),
+        )
+
+    def probe(self, fn: str, *args: Any) -> Any:
+        """Call window.dpsimProbe.fn(*args) in the page."""
+        return self.page.evaluate(
+            "([fn, args]) => window.dpsimProbe ? window.dpsimProbe[fn](...args) : null",
+            [fn, list(args)],
+        )
+
+    def cell(self, index: int) -> Locator:
+        """The index-th cell of the notebook on screen."""
+        return self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell").nth(
+            index
+        )
+
+    def where(self, cell: dict[str, Any]) -> str:
+        """'00_x.ipynb cell 3 (`first line`)'."""
+        return f"{self.notebook.name} cell {cell['index']} (`{cell['source_head']}`)"
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _poll(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
+    """Call check() until it returns something truthy or time is up; return its last value."""
+    deadline = time.monotonic() + timeout_s
+    value = check()
+    while not value and time.monotonic() < deadline:
+        time.sleep(every_s)
+        value = check()
+    return value
+
+
+def open_notebook(nb: NotebookSession) -> str | None:
+    """Load the page and wait for an idle kernel; return a failure sentence or None."""
+    nb.page.goto(nb.server.notebook_url(nb.notebook), wait_until="domcontentloaded")
+
+    def ready() -> str | None:
+        dialog = nb.probe("dialogText")
+        if dialog:
+            return f"dialog: {dialog}"
+        status = nb.probe("kernelStatus") or ""
+        return "ready" if status.endswith("| Idle") else None
+
+    state = _poll(ready, KERNEL_READY_S)
+    if state == "ready":
+        return None
+    status = nb.probe("kernelStatus")
+    if state:
+        return f"{nb.notebook.name}: JupyterLab showed a {state} before the kernel was ready"
+    return (
+        f"{nb.notebook.name}: no idle kernel within {KERNEL_READY_S:.0f} s of opening "
+        f"(kernel status: {status!r})"
+    )
+
+
+def run_all(nb: NotebookSession, result: NotebookResult, time_limit_s: float) -> bool:
+    """Run > Run All Cells, then wait for the kernel to go idle with no cell queued."""
+    nb.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    nb.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    t0 = time.monotonic()
+    started = False
+    cells: list[dict[str, Any]] = []
+    while time.monotonic() - t0 < time_limit_s:
+        cells = nb.probe("cells") or []
+        prompts = [c["prompt"] for c in cells if c["code"]]
+        started = started or any(p != "[ ]:" for p in prompts)
+        if result.first_output_s is None and any(c["outputs"] for c in cells):
+            result.first_output_s = time.monotonic() - t0
+        dialog = nb.probe("dialogText")
+        if dialog:
+            result.failures.append(f"{nb.notebook.name}: a dialog opened while running: {dialog}")
+            return False
+        status = nb.probe("kernelStatus") or ""
+        if started and status.endswith("| Idle") and "[*]:" not in prompts:
+            result.run_s = time.monotonic() - t0
+            return True
+        time.sleep(0.5)
+    busy = [c for c in cells if c["code"] and c["prompt"] == "[*]:"]
+    at = nb.where(busy[0]) if busy else nb.notebook.name
+    result.failures.append(
+        f"{at}: still running {time_limit_s:.0f} s after Run All Cells "
+        f"(kernel status {nb.probe('kernelStatus')!r}); "
+        "the notebook must finish well within this limit on a 2-core CPU"
+    )
+    return False
+
+
+def _settled(cells: list[dict[str, Any]]) -> bool:
+    """Every figure drawn and no output in a transient 'loading' state."""
+    for c in cells:
+        if any(not p["plotted"] or p["n_drawn"] == 0 for p in c["plots"]):
+            return False
+        if any(o["problem"] and "Loading widget" in o["problem"] for o in c["outputs"]):
+            return False
+    return True
+
+
+def inspect_outputs(
+    nb: NotebookSession, result: NotebookResult, settle_s: float
+) -> list[dict[str, Any]]:
+    """Wait for figures and widgets to draw, then record every problem an output shows."""
+    cells = _poll(
+        lambda: (lambda cs: cs if cs and _settled(cs) else None)(nb.probe("cells")), settle_s
+    )
+    cells = cells or nb.probe("cells") or []
+    for c in cells:
+        if not c["code"]:
+            continue
+        result.n_code_cells += 1
+        if c["prompt"] in ("[ ]:", "") and not c["empty_source"]:
+            result.failures.append(f"{nb.where(c)}: never ran (Run All Cells stopped before it)")
+        for o in c["outputs"]:
+            if o["kind"] == "error":
+                result.failures.append(f"{nb.where(c)}: shows an error:\n{o['text']}")
+            elif o["problem"]:
+                result.failures.append(f"{nb.where(c)}: {o['problem']}")
+            elif o["kind"] == "stderr":
+                result.notes.append(f"{nb.where(c)}: writes to stderr: {o['text'][:200]}")
+            if o["kind"] == "widget" and not o["nested"]:
+                result.n_widget_outputs += 1
+        for k, p in enumerate(c["plots"]):
+            result.n_figures += 1
+            what = f"{nb.where(c)}: figure {k} {p['title']!r}"
+            if not p["plotted"]:
+                result.failures.append(f"{what} was never drawn by plotly.js")
+            elif p["n_drawn"] == 0:
+                result.failures.append(f"{what} is drawn but shows no trace, shape or annotation")
+            elif p["width_px"] < 50 or p["height_px"] < 50:
+                result.failures.append(
+                    f"{what} is {p['width_px']}x{p['height_px']} px: too small to see"
+                )
+    return cells
+
+
+def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> None:
+    """Drag the first enabled slider of a dashboard; its figure must change."""
+    i = cell["index"]
+    k = next(
+        (
+            k
+            for k in range(cell["n_sliders"])
+            if not (nb.probe("sliderState", i, k) or {}).get("disabled")
+        ),
+        None,
+    )
+    if k is None:
+        result.notes.append(f"{nb.where(cell)}: every slider is disabled; none moved")
+        return
+    before_fp = nb.probe("figureFingerprint", i)
+    before = nb.probe("sliderState", i, k)
+    handle = nb.cell(i).locator(".widget-slider .noUi-handle").nth(k)
+    handle.scroll_into_view_if_needed()
+    track = handle.locator("xpath=ancestor::div[contains(@class,'noUi-base')]").bounding_box()
+    box = handle.bounding_box()
+    step = 1 if before["now"] < before["max"] else -1
+    if track and box:
+        x0, y0 = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        x1 = min(
+            max(x0 + step * max(track["width"] / 3, 12), track["x"]), track["x"] + track["width"]
+        )
+        nb.page.mouse.move(x0, y0)
+        nb.page.mouse.down()
+        nb.page.mouse.move(x1, y0, steps=8)
+        nb.page.mouse.up()
+    after = nb.probe("sliderState", i, k)
+    if after["now"] == before["now"]:  # a drag that did not take: use the keyboard
+        handle.focus()
+        handle.press("ArrowRight" if step > 0 else "ArrowLeft")
+        after = nb.probe("sliderState", i, k)
+    label = before["label"] or f"slider {k}"
+    moved = f"slider '{label}' {before['readout']} -> {after['readout']}"
+    if after["now"] == before["now"]:
+        result.failures.append(f"{nb.where(cell)}: could not move {moved} with mouse or keyboard")
+        return
+    changed = _poll(
+        lambda: (lambda fp: fp is not None and fp != before_fp)(nb.probe("figureFingerprint", i)),
+        SLIDER_EFFECT_S,
+    )
+    if changed:
+        result.checks.append(f"{nb.where(cell)}: {moved} changed the figure")
+    else:
+        result.failures.append(
+            f"{nb.where(cell)}: moved {moved}, but the figure did not change "
+            f"within {SLIDER_EFFECT_S:.0f} s"
+        )
+
+
+def check_plotly_animation(
+    nb: NotebookSession, cell: dict[str, Any], p: int, result: NotebookResult
+) -> None:
+    """Click a plotly figure's play button; it must reach its last frame."""
+    i = cell["index"]
+    info = nb.probe("plotlyAnimation", i, p)
+    if not info or info["n_frames"] < 2:
+        return
+    what = f"{nb.where(cell)}: animation in figure {p} ({info['n_frames']} frames)"
+    if not info["play"]:
+        result.notes.append(f"{what} has no play button")
+        return
+    gd = nb.cell(i).locator(".js-plotly-plot").nth(p)
+    gd.scroll_into_view_if_needed()
+    buttons = gd.locator(".updatemenu-button")
+    label = info["play"]["label"]
+    button = buttons.filter(has_text=label).first if label else buttons.first
+    button.click()
+
+    def at_end() -> bool:
+        now = nb.probe("plotlyAnimation", i, p) or {}
+        sliders_done = all(s["active"] == s["n_steps"] - 1 for s in now.get("sliders", []))
+        return now.get("current_frame") == info["last_frame"] and sliders_done
+
+    if _poll(at_end, ANIMATION_S):
+        result.checks.append(f"{what}: '{label}' played to the last frame {info['last_frame']!r}")
+    else:
+        now = nb.probe("plotlyAnimation", i, p)
+        result.failures.append(
+            f"{what}: after clicking '{label}' it did not reach the last frame "
+            f"{info['last_frame']!r} within {ANIMATION_S:.0f} s (now: frame "
+            f"{now and now['current_frame']!r}, sliders {now and now['sliders']})"
+        )
+
+
+def check_play_widget(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> None:
+    """Click an ipywidgets Play button; a slider of its cell must reach its last step."""
+    i = cell["index"]
+    before = [nb.probe("sliderState", i, k) for k in range(cell["n_sliders"])]
+    before_fp = nb.probe("figureFingerprint", i)
+    play = nb.cell(i).locator(".widget-play button:has(.fa-play)").first
+    play.scroll_into_view_if_needed()
+    play.click()
+
+    def at_end() -> list[str]:
+        done = []
+        for k, b in enumerate(before):
+            s = nb.probe("sliderState", i, k)
+            if b and s and s["now"] != b["now"] and s["now"] == s["max"]:
+                done.append(s["label"] or f"slider {k}")
+        return done
+
+    done = _poll(at_end, ANIMATION_S)
+    what = f"{nb.where(cell)}: Play widget"
+    if not done:
+        result.failures.append(
+            f"{what}: no slider reached its last step {ANIMATION_S:.0f} s after play"
+        )
+        return
+    fp = nb.probe("figureFingerprint", i)
+    if before_fp is not None and fp == before_fp:
+        result.failures.append(f"{what}: played to the end but the figure did not change")
+        return
+    result.checks.append(f"{what}: played to the last step of {', '.join(done)}")
+
+
+def screenshots(
+    nb: NotebookSession, cells: list[dict[str, Any]], shots_dir: Path, result: NotebookResult
+) -> None:
+    """A viewport shot at the first figure, and one shot per figure or widget cell."""
+    stem = nb.notebook.stem
+    # dashboards (widgets) first, then figures, each in notebook order
+    visual = [c for c in cells if c["n_widgets"] and c["plots"]]
+    visual += [c for c in cells if (c["plots"] or c["n_widgets"]) and c not in visual]
+    for n, c in enumerate(visual[:MAX_CELL_SHOTS]):
+        path = shots_dir / f"{stem}--cell{c['index']:02d}.png"
+        area = nb.cell(c["index"]).locator(".jp-Cell-outputArea").first
+        try:
+            area.scroll_into_view_if_needed(timeout=5000)
+            area.screenshot(path=str(path), timeout=15000)
+            result.screenshots.append(path)
+        except Exception as exc:  # a screenshot is evidence, not a check
+            result.notes.append(f"no screenshot of cell {c['index']} (#{n}): {exc}")
+    if visual:
+        nb.cell(visual[0]["index"]).scroll_into_view_if_needed(timeout=5000)
+    path = shots_dir / f"{stem}.png"
+    nb.page.screenshot(path=str(path))
+    result.screenshots.insert(0, path)
+
+
+def check_notebook(
+    browser: Browser, server: LabServer, notebook: Path, shots_dir: Path, time_limit_s: float
+) -> NotebookResult:
+    """Everything above, for one notebook; the kernel is shut down afterwards."""
+    result = NotebookResult(notebook.name)
+    clock = _PhaseClock(result)
+    nb = NotebookSession(browser, server, notebook)
+    cells: list[dict[str, Any]] = []
+    try:
+        failure = open_notebook(nb)
+        clock.lap("open")
+        if failure:
+            result.failures.append(failure)
+        elif run_all(nb, result, time_limit_s):
+            clock.lap("run")
+            cells = inspect_outputs(nb, result, SETTLE_S)
+            clock.lap("inspect")
+            if result.first_output_s and result.first_output_s > SLOW_FIRST_OUTPUT_S:
+                result.notes.append(
+                    f"{notebook.name}: the first output appeared {result.first_output_s:.0f} s "
+                    "after Run All Cells; a learner sees nothing happen for that long"
+                )
+            interact(nb, cells, result)
+            clock.lap("interact")
+        else:  # timed out: still report what the cells that did run show
+            clock.lap("run")
+            cells = inspect_outputs(nb, result, settle_s=3.0)
+    finally:
+        try:
+            screenshots(nb, cells, shots_dir, result)
+        except Exception as exc:  # a screenshot is evidence, not a check
+            result.notes.append(f"no screenshot: {exc}")
+        clock.lap("screenshots")
+        for line in nb.console:
+            if not any(b in line for b in BENIGN_CONSOLE):
+                serious = line.startswith("page error") or any(w in line for w in SERIOUS_CONSOLE)
+                (result.failures if serious else result.notes).append(
+                    f"{notebook.name}: browser {line[:400]}"
+                )
+        nb.close()
+        server.shutdown_kernels()
+        clock.lap("close")
+    return result
+
+
+def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:
+    """Play every animation; move one slider in every dashboard (a cell with both)."""
+    for c in cells:
+        for p, info in enumerate(c["plots"]):
+            if info["n_frames"] > 1:
+                check_plotly_animation(nb, c, p, result)
+        if c["n_play"]:
+            check_play_widget(nb, c, result)
+        elif c["n_sliders"] and c["plots"]:
+            check_slider(nb, c, result)
+
+
+class _PhaseClock:
+    """Seconds spent in each phase, kept in result.phase_s."""
+
+    def __init__(self, result: NotebookResult) -> None:
+        self.result = result
+        self.t = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.result.phase_s[name] = now - self.t
+        self.t = now

@@ -1,0 +1,168 @@
+// Read what a learner sees in a JupyterLab notebook page (DOM only, no private app API).
+// Injected into every page by lab_driver.py; everything hangs off window.dpsimProbe.
+(() => {
+  const WIDGET_REPR = /^(VBox|HBox|Box|GridBox|Tab|Accordion|IntSlider|FloatSlider|FloatLogSlider|SelectionSlider|IntRangeSlider|Dropdown|ToggleButtons|RadioButtons|Checkbox|Button|Output|Play|Label|HTML|interactive|FigureWidget)\(/;
+  const ERROR_TEXT = /^Javascript Error:|Traceback \(most recent call last\)|^-{20,}\s*\n\s*\w+(Error|Exception|Interrupt|Exit)\b/m;
+
+  const DRAWN = [".main-svg .trace", ".main-svg .table", ".main-svg .hm", ".main-svg image",
+    ".main-svg .sankey", ".main-svg .parcoords", ".shapelayer path", ".annotation"].join(", ");
+
+  function head(text, n) {
+    const t = (text || "").trim();
+    return t.length > n ? t.slice(0, n) + "..." : t;
+  }
+
+  function kernelStatus() {
+    const el = document.querySelector('.jp-StatusBar-TextItem[title^="Change kernel"]');
+    return el ? el.textContent.trim() : null;
+  }
+
+  function dialogText() {
+    const d = document.querySelector(".jp-Dialog");
+    return d ? head(d.textContent, 300) : null;
+  }
+
+  function cellNodes() {
+    const nb = document.querySelector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook");
+    return nb ? Array.from(nb.querySelectorAll(".jp-Cell")).filter((c) => c.closest(".jp-Notebook") === nb) : [];
+  }
+
+  function plotInfo(gd) {
+    const box = gd.getBoundingClientRect();
+    const frames = gd._transitionData && gd._transitionData._frames ? gd._transitionData._frames : [];
+    const layout = gd.layout || {};
+    return {
+      n_traces: Array.isArray(gd.data) ? gd.data.length : 0,
+      // drawn marks: trace groups (scatter, bar, pie...), tables, heatmap images, shapes, annotations
+      n_drawn: gd.querySelectorAll(DRAWN).length,
+      plotted: !!gd._fullLayout,
+      width_px: Math.round(box.width),
+      height_px: Math.round(box.height),
+      title: head(((layout.title || {}).text) || "", 80),
+      n_frames: frames.length,
+      n_updatemenus: (layout.updatemenus || []).length,
+      n_sliders: (layout.sliders || []).length,
+    };
+  }
+
+  function outputInfo(el) {
+    const mime = el.getAttribute("data-mime-type");
+    const text = el.textContent || "";
+    let kind = "other";
+    if (el.querySelector(".jupyter-widgets")) kind = "widget";
+    else if (el.classList.contains("js-plotly-plot") || el.querySelector(".js-plotly-plot")) kind = "plot";
+    else if (mime === "application/vnd.jupyter.stderr") kind = ERROR_TEXT.test(text) ? "error" : "stderr";
+    else if (mime === "application/vnd.jupyter.stdout") kind = "stdout";
+    else if (mime === "text/plain") kind = "text";
+    else if (mime) kind = mime;
+    const problem =
+      /Error displaying widget|Loading widget\.\.\.|model not found|Failed to load model class/.test(text) ? "widget did not render: " + head(text, 160)
+      : kind === "text" && /^Figure\(\{/.test(text.trim()) ? "plotly figure shown as text (no plotly renderer in JupyterLab)"
+      : kind === "text" && WIDGET_REPR.test(text.trim()) ? "widget shown as text (widget manager missing): " + head(text, 100)
+      : el.classList.contains("jp-RenderedPlotly") && !el._fullLayout ? "a plotly figure that plotly.js never drew"
+      : null;
+    return {
+      kind,
+      mime,
+      text: kind === "plot" ? "" : head(text, kind === "error" ? 1200 : 300),
+      nested: !!(el.parentElement && el.parentElement.closest(".jupyter-widgets")),
+      problem,
+    };
+  }
+
+  function cells() {
+    return cellNodes().map((c, index) => {
+      const code = c.classList.contains("jp-CodeCell");
+      const prompt = code ? (c.querySelector(".jp-InputArea-prompt") || {}).textContent || "" : "";
+      const firstLine = c.querySelector(".jp-InputArea-editor .cm-line");
+      const outputs = code ? Array.from(c.querySelectorAll(".jp-OutputArea-output")).map(outputInfo) : [];
+      return {
+        index,
+        code,
+        prompt: prompt.trim(),
+        source_head: head(firstLine ? firstLine.textContent : "", 80),
+        empty_source: code && !(c.querySelector(".jp-InputArea-editor .cm-content") || {}).textContent,
+        outputs,
+        plots: Array.from(c.querySelectorAll(".js-plotly-plot")).map(plotInfo),
+        n_widgets: c.querySelectorAll(".jupyter-widgets").length,
+        n_sliders: c.querySelectorAll(".widget-slider .noUi-handle").length,
+        n_play: c.querySelectorAll(".widget-play").length,
+      };
+    });
+  }
+
+  function hashString(s) {
+    let h = 2166136261;
+    for (let i = 0; i < s.length; i++) {
+      h ^= s.charCodeAt(i);
+      h = Math.imul(h, 16777619);
+    }
+    return (h >>> 0).toString(16) + ":" + s.length;
+  }
+
+  function replacer(_key, value) {
+    // typed arrays (plotly decodes base64 arrays into them) -> plain arrays
+    return ArrayBuffer.isView(value) ? Array.from(value) : value;
+  }
+
+  // A fingerprint of every figure in a cell: its data, shapes and annotations.
+  // null while any figure in the cell is not drawn yet (e.g. an Output widget redrawing).
+  function figureFingerprint(index) {
+    const c = cellNodes()[index];
+    if (!c) return null;
+    const gds = Array.from(c.querySelectorAll(".js-plotly-plot"));
+    if (!gds.length || gds.some((gd) => !gd._fullLayout)) return null;
+    return hashString(
+      JSON.stringify(
+        gds.map((gd) => [gd.data, (gd.layout || {}).shapes, (gd.layout || {}).annotations, (gd.layout || {}).title]),
+        replacer,
+      ),
+    );
+  }
+
+  function sliderState(index, k) {
+    const c = cellNodes()[index];
+    const handles = c ? c.querySelectorAll(".widget-slider .noUi-handle") : [];
+    const h = handles[k];
+    if (!h) return null;
+    const slider = h.closest(".widget-slider");
+    const label = slider.querySelector(".widget-label");
+    const readout = slider.querySelector(".widget-readout");
+    return {
+      label: label ? label.textContent.trim() : "",
+      readout: readout ? readout.textContent.trim() : "",
+      now: parseFloat(h.getAttribute("aria-valuenow")),
+      min: parseFloat(h.getAttribute("aria-valuemin")),
+      max: parseFloat(h.getAttribute("aria-valuemax")),
+      disabled: slider.classList.contains("mod-disabled") || h.hasAttribute("disabled"),
+    };
+  }
+
+  // Plotly animations: the index of the "play" button (method animate, all frames), and
+  // how far the animation got (current frame name, slider position).
+  function plotlyAnimation(index, p) {
+    const c = cellNodes()[index];
+    const gd = c ? c.querySelectorAll(".js-plotly-plot")[p] : null;
+    if (!gd || !gd._transitionData) return null;
+    const frames = gd._transitionData._frames || [];
+    const menus = (gd.layout || {}).updatemenus || [];
+    let play = null;
+    menus.forEach((m, mi) => {
+      (m.buttons || []).forEach((b, bi) => {
+        const args = b.args || [];
+        const allFrames = args[0] === null || args[0] === undefined || (Array.isArray(args[0]) && args[0].length > 1);
+        if (play === null && b.method === "animate" && allFrames) play = { menu: mi, button: bi, label: b.label || "" };
+      });
+    });
+    const sliders = ((gd._fullLayout || {}).sliders || []).map((s) => ({ active: s.active, n_steps: (s.steps || []).length }));
+    return {
+      n_frames: frames.length,
+      last_frame: frames.length ? frames[frames.length - 1].name : null,
+      current_frame: gd._fullLayout ? gd._fullLayout._currentFrame : null,
+      play,
+      sliders,
+    };
+  }
+
+  window.dpsimProbe = { kernelStatus, dialogText, cells, figureFingerprint, sliderState, plotlyAnimation };
+})();

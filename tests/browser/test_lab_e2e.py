@@ -1,0 +1,44 @@
+"""Every notebook, opened in JupyterLab in headless Chromium and used as a learner would.
+
+Run > Run All Cells; then: no cell shows an error, every plotly figure is drawn, the
+ipywidgets render, one slider per dashboard changes its figure, animations play to
+their last frame. Screenshots go to artifacts/screenshots/ (the summary says where).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_driver import LabServer, notebooks
+
+NOTEBOOK_LIMIT_S = float(os.environ.get("DPSIM_BROWSER_NOTEBOOK_LIMIT_S", "180"))
+_NOTEBOOKS: list[Any] = notebooks() or [
+    pytest.param(
+        None,
+        marks=pytest.mark.skip(reason="browser test did not run: notebooks/ holds no notebook"),
+    )
+]
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(NOTEBOOK_LIMIT_S + 150)  # run limit + opening, checks, screenshots
+@pytest.mark.parametrize("notebook", _NOTEBOOKS, ids=lambda p: p.stem if p else "none")
+def test_notebook_in_jupyterlab(
+    notebook: Path, lab_server: LabServer, browser: Any, shots_dir: Path, record_result: Any
+) -> None:
+    from notebook_page import check_notebook
+
+    result = check_notebook(browser, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S)
+    record_result(result)
+    for note in result.notes:
+        print("note:", note)
+    for check in result.checks:
+        print("checked:", check)
+    assert not result.failures, (
+        f"{notebook.name} in JupyterLab ({result.summary()}):\n- "
+        + "\n- ".join(result.failures)
+        + f"\nscreenshots: {', '.join(str(p) for p in result.screenshots[:3])}"
+    )

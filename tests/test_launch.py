@@ -1,0 +1,435 @@
+"""Tests of dpsim.runtime.launch: real process groups, failures, timeouts, no leftovers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from dpsim.runtime import launch as launch_module
+from dpsim.runtime.launch import (
+    LaunchTimeoutError,
+    RankFailedError,
+    free_port,
+    last_pids,
+    launch,
+)
+
+try:
+    import psutil
+except ImportError:  # pragma: no cover - psutil comes with ipykernel
+    psutil = None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _alive(pid: int) -> bool:
+    """True if `pid` runs and is not a zombie."""
+    if psutil is not None:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state != "Z"
+
+
+def _spawned_descendants() -> list[int]:
+    """Live rank processes (multiprocess spawn children) below this test process."""
+    found = []
+    if psutil is not None:
+        for child in psutil.Process().children(recursive=True):
+            try:
+                cmd = " ".join(child.cmdline())
+                zombie = child.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                continue
+            if "spawn_main" in cmd and not zombie:
+                found.append(child.pid)
+        return found
+    me = os.getpid()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == me and "spawn_main" in cmd and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _assert_no_ranks_left(pids: list[int]) -> None:
+    assert pids, "launch should expose the pids of its ranks"
+    left = [pid for pid in pids if _alive(pid)]
+    assert not left, f"rank processes left behind: {left}"
+    assert not _spawned_descendants(), "spawned processes left behind"
+
+
+def _all_reduce_info(rank: int, world_size: int, base: float, *, scale: float) -> dict[str, Any]:
+    t = torch.tensor([base + rank]) * scale
+    dist.all_reduce(t)
+    return {
+        "sum": t.item(),
+        "backend": dist.get_backend(),
+        "world": dist.get_world_size(),
+        "ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+        "extra": os.environ.get("DPSIM_TEST_VAR"),
+        "rank_env": os.environ.get("RANK"),
+    }
+
+
+def _mark(directory: str, name: str) -> None:
+    """Record in `directory/name` the wall-clock time at which a rank got here."""
+    Path(directory, name).write_text(repr(time.time()))
+
+
+def _marked_at(directory: Path, name: str) -> float:
+    return float((directory / name).read_text())
+
+
+def _raise_on_rank_1(rank: int, world_size: int, directory: str) -> int:
+    if rank == 1:
+        _mark(directory, "failed")
+        raise ValueError("boom from rank 1")
+    dist.barrier()  # rank 0 waits in a collective its peer never joins
+    return rank
+
+
+def _die_on_rank_1(rank: int, world_size: int, how: str, directory: str) -> int:
+    if rank == 1:
+        time.sleep(0.2)
+        _mark(directory, "failed")
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(7)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return rank
+
+
+def _sleep_forever(seconds: float = 1e9) -> None:
+    time.sleep(seconds)
+
+
+def _hang_on_rank_1(rank: int, world_size: int, directory: str) -> int:
+    _mark(directory, f"started{rank}")
+    if rank == 1:
+        _sleep_forever()
+    dist.all_reduce(torch.ones(1))
+    return rank
+
+
+# --------------------------------------------------------------------------- success
+
+
+def test_lambda_results_come_back_by_rank() -> None:
+    assert launch(lambda r, w: (r, w), 2) == [(0, 2), (1, 2)]
+    _assert_no_ranks_left(last_pids())
+    assert len(last_pids()) == 2
+
+
+def test_module_function_all_reduce_with_args_kwargs_env() -> None:
+    out = launch(_all_reduce_info, 2, args=(1.0,), kwargs={"scale": 2.0},
+                 env={"DPSIM_TEST_VAR": "x"}, backend="gloo")
+    # (1 + 0) * 2 + (1 + 1) * 2 = 6 on every rank
+    assert [o["sum"] for o in out] == [6.0, 6.0]
+    assert {o["backend"] for o in out} == {"gloo"}
+    assert {o["world"] for o in out} == {2}
+    assert [o["rank_env"] for o in out] == ["0", "1"]
+    assert {o["extra"] for o in out} == {"x"}
+    assert {o["ifname"] for o in out} == {launch_module._loopback_ifname()}
+    _assert_no_ranks_left(last_pids())
+
+
+def test_closure_on_one_rank_prints_and_uses_dataloader_workers(capfd: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    offset = 5
+
+    def fn(rank: int, world_size: int) -> tuple[torch.Tensor, list[int]]:
+        from torch.utils.data import DataLoader
+
+        print(f"hello from rank {rank} of {world_size}")
+        # Ranks are not daemonic, so they may start DataLoader workers.
+        batches = [int(b.sum()) for b in DataLoader(list(range(4)), batch_size=2, num_workers=2)]
+        return torch.arange(3) + offset, batches
+
+    ((tensor, batches),) = launch(fn, 1)
+    assert torch.equal(tensor, torch.arange(3) + 5)
+    assert batches == [1, 5]
+    assert "hello from rank 0 of 1" in capfd.readouterr().out
+    _assert_no_ranks_left(last_pids())
+
+
+def test_user_env_keeps_its_gloo_ifname() -> None:
+    ifname = launch_module._loopback_ifname()
+    if ifname is None:
+        pytest.skip("no loopback interface name on this platform")
+    got = launch(lambda r, w: os.environ["GLOO_SOCKET_IFNAME"], 1,
+                 env={"GLOO_SOCKET_IFNAME": ifname, "OMP_NUM_THREADS": "1"})
+    assert got == [ifname]
+
+
+def test_two_concurrent_launches_both_succeed() -> None:
+    outs: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            outs[i] = launch(_all_reduce_info, 2, args=(float(i),), kwargs={"scale": 1.0})
+        except BaseException as exc:  # collected and re-raised in the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (10, 20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    assert not errors, errors
+    assert [o["sum"] for o in outs[10]] == [21.0, 21.0]
+    assert [o["sum"] for o in outs[20]] == [41.0, 41.0]
+    assert not _spawned_descendants()
+
+
+# --------------------------------------------------------------------------- failures
+
+
+# Reaction times are measured from the moment the rank failed (start-up on a loaded 2-core
+# machine can take several seconds and is not what these tests are about).
+
+
+def test_rank_that_raises_is_reported_fast(tmp_path: Path) -> None:
+    with pytest.raises(RankFailedError) as info:
+        launch(_raise_on_rank_1, 2, args=(str(tmp_path),), timeout_s=60)
+    elapsed = time.time() - _marked_at(tmp_path, "failed")
+    err = info.value
+    assert elapsed < 10, f"took {elapsed:.1f} s after the rank raised"
+    assert isinstance(err, RuntimeError)
+    assert err.rank == 1
+    assert err.exc_type == "ValueError"
+    assert str(err).startswith("rank 1 failed:")
+    assert "ValueError: boom from rank 1" in err.traceback
+    assert "_raise_on_rank_1" in str(err)
+    _assert_no_ranks_left(err.pids)
+
+
+@pytest.mark.parametrize(("how", "exitcode", "words"),
+                         [("sigkill", -9, "SIGKILL"), ("exit", 7, "code 7")])
+def test_killed_rank_is_reported_fast(tmp_path: Path, how: str, exitcode: int, words: str
+                                      ) -> None:
+    with pytest.raises(RankFailedError) as info:
+        launch(_die_on_rank_1, 2, args=(how, str(tmp_path)), timeout_s=60)
+    elapsed = time.time() - _marked_at(tmp_path, "failed")
+    err = info.value
+    assert elapsed < 10, f"took {elapsed:.1f} s after the rank died"
+    assert err.rank == 1
+    assert err.exitcode == exitcode
+    assert str(err).startswith("rank 1 failed:")
+    assert words in str(err)
+    _assert_no_ranks_left(err.pids)
+
+
+def test_hanging_ranks_time_out_with_their_stacks(tmp_path: Path) -> None:
+    timeout_s = 7.0
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeoutError) as info:
+        launch(_hang_on_rank_1, 2, args=(str(tmp_path),), timeout_s=timeout_s)
+    elapsed = time.monotonic() - start
+    err = info.value
+    assert timeout_s <= elapsed < timeout_s + 5, f"took {elapsed:.1f} s"
+    assert isinstance(err, TimeoutError)
+    assert err.ranks == [0, 1]
+    assert "ranks 0, 1 did not finish" in str(err)
+    both_started = all((tmp_path / f"started{r}").exists() for r in (0, 1))
+    if hasattr(signal, "SIGUSR1") and both_started:  # else start-up alone outlasted timeout_s
+        assert "all_reduce" in err.stacks.get(0, "")
+        assert "_sleep_forever" in err.stacks.get(1, "")
+    _assert_no_ranks_left(err.pids)
+
+
+def test_traceback_shows_lines_of_code_without_a_file() -> None:
+    """Like a notebook cell: the source lives only in this process's linecache."""
+    import linecache
+
+    filename = "<dpsim-test-cell-1>"
+    source = "def cell_fn(rank, world_size):\n    return 1 / (rank - rank)  # the failing line\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), namespace)
+    try:
+        with pytest.raises(RankFailedError) as info:
+            launch(namespace["cell_fn"], 1)
+    finally:
+        linecache.cache.pop(filename, None)
+    assert "ZeroDivisionError" in info.value.traceback
+    assert "# the failing line" in info.value.traceback
+
+
+def test_unpicklable_result_is_a_clear_rank_failure() -> None:
+    with pytest.raises(RankFailedError, match="cannot be pickled") as info:
+        launch(lambda r, w: (x for x in range(3)), 2)
+    assert info.value.rank in (0, 1)
+    _assert_no_ranks_left(info.value.pids)
+
+
+def test_keyboard_interrupt_in_parent_stops_all_ranks() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT reaches only the main thread")
+    timer = threading.Timer(2.5, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch(lambda r, w: _sleep_forever(), 2, timeout_s=60)
+    finally:
+        timer.cancel()
+    _assert_no_ranks_left(last_pids())
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"world_size": 0}, "world_size"),
+        ({"world_size": 65}, "world_size"),
+        ({"world_size": 2.5}, "world_size"),
+        ({"world_size": True}, "world_size"),
+        ({"backend": "mpi"}, "backend"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": -1.0}, "timeout_s"),
+        ({"timeout_s": math.nan}, "timeout_s"),
+        ({"env": {"X": 1}}, "env"),
+        ({"args": 3}, "args"),
+        ({"master_addr": ""}, "master_addr"),
+    ],
+)
+def test_bad_inputs_raise_value_error_naming_the_field(kwargs: dict[str, Any], field: str
+                                                       ) -> None:
+    with pytest.raises(ValueError, match=field):
+        launch(lambda r, w: r, **kwargs)
+
+
+def test_not_callable_and_unpicklable_arguments_raise_before_starting() -> None:
+    with pytest.raises(ValueError, match="fn="):
+        launch(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cannot be pickled"):
+        launch(lambda r, w, g: r, 2, args=((x for x in range(2)),))
+
+
+def test_nccl_without_enough_gpus_suggests_gloo() -> None:
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine can run nccl on 2 ranks")
+    with pytest.raises(ValueError, match="gloo"):
+        launch(lambda r, w: r, 2, backend="nccl")
+
+
+def test_free_port_is_bindable() -> None:
+    import socket
+
+    port = free_port()
+    assert 0 < port < 65536
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+# --------------------------------------------------------------------------- like a notebook
+
+
+def _run_script(tmp_path: Path, code: str, timeout: float = 120) -> tuple[int, str, str]:
+    """Run `code` as a script in a fresh interpreter; return (returncode, stdout, stderr)."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # its ranks follow it (that is what the last test checks)
+            proc.communicate()
+    return proc.returncode, out, err
+
+
+def test_main_module_functions_and_globals_are_shipped(tmp_path: Path) -> None:
+    """Like a notebook: fn, a helper, a class and a constant live in __main__.
+
+    The launch call is not under `if __name__ == "__main__"`: the ranks must not re-run the
+    script (that would print TOP twice or recurse).
+    """
+    returncode, out, err = _run_script(tmp_path, """
+        import torch
+        import torch.distributed as dist
+        from dpsim.runtime.launch import launch
+
+        print("TOP", flush=True)
+        SCALE = 3.0
+
+        class Point:
+            def __init__(self, x):
+                self.x = x
+
+        def helper(t):
+            return t * SCALE
+
+        def fn(rank, world_size):
+            t = helper(torch.tensor([rank + 1.0]))
+            dist.all_reduce(t)
+            return Point(t.item())
+
+        print("RESULT", [p.x for p in launch(fn, 2)], flush=True)
+    """)
+    assert returncode == 0, err
+    assert out.count("TOP") == 1, out
+    assert "RESULT [9.0, 9.0]" in out, out
+
+
+def test_ranks_exit_when_the_launching_process_dies(tmp_path: Path) -> None:
+    returncode, out, err = _run_script(tmp_path, f"""
+        import json, os, signal, threading, time
+        from dpsim.runtime.launch import launch, last_pids
+
+        ready = {str(tmp_path)!r}
+
+        def fn(rank, world_size):
+            open(os.path.join(ready, f"ready{{rank}}"), "w").close()
+            time.sleep(1e9)
+
+        def killer():
+            while not all(os.path.exists(os.path.join(ready, f"ready{{r}}")) for r in (0, 1)):
+                time.sleep(0.05)
+            print(json.dumps(last_pids()), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=killer, daemon=True).start()
+        launch(fn, 2, timeout_s=60)
+    """)
+    assert returncode == -signal.SIGKILL, err
+    pids = json.loads(out.strip().splitlines()[-1])
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in pids), f"orphaned ranks: {pids}"

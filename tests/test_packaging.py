@@ -1,0 +1,49 @@
+"""pyproject.toml and environment.yml list the same dependencies; entry points exist."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~ \[]", req, maxsplit=1)[0].strip().lower()
+
+
+def test_environment_yml_matches_pyproject() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip_names = {_name(r) for r in project["dependencies"]}
+    pip_names |= {_name(r) for r in project["optional-dependencies"]["dev"]}
+    expected = {CONDA_NAMES.get(n, n) for n in pip_names}
+    listed = set()
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        m = re.match(r"\s+- ([A-Za-z0-9_.-]+)", line)
+        if m and m.group(1) not in ("python", "pip", "-e", "pip:"):
+            listed.add(m.group(1).lower())
+    assert listed == expected
+
+
+def test_ci_runs_exactly_make_test() -> None:
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert "make test" in lines
+
+
+def test_doctor_runs_and_lists_every_chapter() -> None:
+    out = subprocess.run([sys.executable, "-m", "dpsim", "doctor"], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert "CPU cores" in out and "gloo" in out and "GIL" in out
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert nb.name in out, f"{nb.name} missing from the doctor's plan"
+
+
+def test_lab_binds_loopback_with_a_token() -> None:
+    from dpsim.lab import lab_command
+
+    argv, token = lab_command(port=9999, open_browser=False)
+    assert "--ServerApp.ip=127.0.0.1" in argv
+    assert f"--IdentityProvider.token={token}" in argv and len(token) >= 24

@@ -1,0 +1,25 @@
+import pytest
+
+from dpsim.validation import require_choice, require_int, require_range
+
+
+def test_range_accepts_inside_and_names_field_outside() -> None:
+    assert require_range("lr", 0.5, 0, 1) == 0.5
+    with pytest.raises(ValueError, match=r"lr=2 is out of range; allowed >= 0 and <= 1"):
+        require_range("lr", 2, 0, 1)
+    with pytest.raises(ValueError, match="bandwidth_GBps=0"):
+        require_range("bandwidth_GBps", 0, 0, low_inclusive=False)
+    with pytest.raises(ValueError, match="nan"):
+        require_range("x", float("nan"), 0)
+
+
+def test_int_rejects_floats_bools_and_negative() -> None:
+    assert require_int("n", 3, 1) == 3
+    for bad in (2.5, True, "3", -1):
+        with pytest.raises(ValueError, match="n="):
+            require_int("n", bad, 0)  # type: ignore[arg-type]
+
+
+def test_choice_lists_the_allowed_values() -> None:
+    with pytest.raises(ValueError, match=r"optimizer='adamx' is not known; allowed: 'sgd', 'adam'"):
+        require_choice("optimizer", "adamx", ["sgd", "adam"])
