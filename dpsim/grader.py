@@ -3,7 +3,9 @@
 For each notebook: run it in a fresh kernel (errors allowed, a per-cell time limit; a cell
 that runs past it is interrupted and grading goes on with what got defined), then have
 the kernel `dill`-pickle the learner's functions into a temporary file, and run the
-grader's own checks on them in a separate, clean Python process with a time limit.
+grader's own checks on them in a separate process with a time limit. That process is
+forked from a server that has only imported torch and the checks, so no learner code
+has run in it before (see `dpsim.grading.clean_process`).
 A notebook's exercises are its chapter's (from a file name like `01_...`) plus every
 `check("N.M", ...)` found in its code. Points are all-or-nothing per exercise.
 
@@ -17,26 +19,19 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
-import os
-import pickle
 import re
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import nbformat
 
 from dpsim.exercises import CHECK_CALL
+from dpsim.grading.clean_process import CheckServer
 from dpsim.grading.core import Exercise, all_exercises, chapter_exercises, get_exercise
 
-WORKER = "import sys; from dpsim.grader import worker_main; sys.exit(worker_main(sys.argv[1:]))"
-IMPORT_ALLOWANCE_S = 60.0  # start-up of the clean process (python + torch import)
+NOTEBOOK_CELLS_BUDGET = 10  # a notebook may run for at most this many cell timeouts
 
 DUMP_CELL = '''\
 def __dpsim_grader_dump(names, path):
@@ -127,13 +122,18 @@ def run_notebook(path: Path, nb: nbformat.NotebookNode, dump_cell: str,
                             allow_errors=True, interrupt_on_timeout=True, record_timing=False,
                             resources={"metadata": {"path": str(path.parent.resolve())}})
     client.reset_execution_trackers()
-    timeouts = 0
     n_cells = len(nb.cells)
     nb.cells.append(nbformat.v4.new_code_cell(dump_cell))
+    budget_s = NOTEBOOK_CELLS_BUDGET * cell_timeout_s
+    started = time.monotonic()
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells[:n_cells]):
             if cell.cell_type != "code":
                 continue
+            if time.monotonic() - started > budget_s:
+                notes.append(f"the notebook ran past {budget_s:g} s; cells from {index} on "
+                             "were skipped")
+                break
             start = time.monotonic()
             try:
                 client.execute_cell(cell, index)
@@ -141,104 +141,16 @@ def run_notebook(path: Path, nb: nbformat.NotebookNode, dump_cell: str,
                 notes.append(f"the kernel died in cell {index}")
                 return
             if time.monotonic() - start >= cell_timeout_s:
-                timeouts += 1
                 notes.append(f"cell {index} was stopped after {cell_timeout_s:g} s")
-                if timeouts >= 2:
-                    notes.append("the kernel stays busy; the remaining cells were skipped")
-                    break
         try:
             client.execute_cell(nb.cells[n_cells], n_cells)
         except DeadKernelError:
             notes.append("the kernel died before the functions could be collected")
 
 
-def check_in_clean_process(dump_path: Path, plan: dict[str, list[str]], workdir: Path,
-                           timeout_s: float) -> tuple[dict[str, dict[str, Any]], str]:
-    """Run the registered checks on the pickled functions in a new python process.
-
-    Returns exercise id -> {"passed", "total", "message"} for the exercises it finished,
-    and the tail of the process's stderr.
-    """
-    out_path = workdir / "results.jsonl"
-    env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([package_parent] + ([env["PYTHONPATH"]]
-                                                            if env.get("PYTHONPATH") else []))
-    argv = [sys.executable, "-c", WORKER, str(dump_path), json.dumps(plan), str(out_path),
-            str(timeout_s)]
-    total_s = timeout_s * max(1, len(plan)) + IMPORT_ALLOWANCE_S
-    err = ""
-    try:
-        proc = subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=total_s, check=False)
-        err = proc.stderr.decode(errors="replace")[-2000:]
-    except subprocess.TimeoutExpired:
-        err = f"the checking process was stopped after {total_s:g} s"
-    results: dict[str, dict[str, Any]] = {}
-    if out_path.exists():
-        for line in out_path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-                results[row["id"]] = row
-            except (ValueError, KeyError):
-                continue
-    return results, err
-
-
-class _CheckTimeout(BaseException):
-    """Raised by SIGALRM in the clean process when one exercise runs too long."""
-
-
-def worker_main(argv: list[str]) -> int:
-    """Entry point of the clean process: dump file, plan (JSON), results file, seconds."""
-    import dill
-
-    from dpsim.grading.core import run_check
-
-    dump_path, plan_json, out_path, timeout_arg = argv
-    plan: dict[str, list[str]] = json.loads(plan_json)
-    timeout_s = float(timeout_arg)
-    all_exercises()  # import every chapter before any learner code runs
-    found: dict[str, Any] = {}
-    if Path(dump_path).exists():
-        with open(dump_path, "rb") as f:
-            found = pickle.load(f)
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise _CheckTimeout
-
-    can_alarm = hasattr(signal, "setitimer")
-    if can_alarm:
-        signal.signal(signal.SIGALRM, on_alarm)
-    with open(out_path, "a", encoding="utf-8") as out:
-        for exercise_id, names in plan.items():
-            row: dict[str, Any] = {"id": exercise_id, "passed": 0, "total": 0}
-            blob = next((found[n] for n in names if isinstance(found.get(n), bytes)), None)
-            if blob is None:
-                why = next((f"`{n}` {found[n]}" for n in names if n in found), None)
-                row["message"] = why or f"`{names[0]}` is not defined in the notebook"
-            else:
-                try:
-                    if can_alarm:
-                        signal.setitimer(signal.ITIMER_REAL, timeout_s)
-                    result = run_check(exercise_id, dill.loads(blob))
-                    row.update(passed=result.passed, total=result.total,
-                               message=result.message)
-                except _CheckTimeout:
-                    row["message"] = f"the check took longer than {timeout_s:g} s"
-                except BaseException as exc:  # learner code may raise anything, even SystemExit
-                    row["message"] = f"checking stopped: {type(exc).__name__}: {exc}"
-                finally:
-                    if can_alarm:
-                        signal.setitimer(signal.ITIMER_REAL, 0)
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-    return 0
-
-
-def grade_notebook(path: Path, cell_timeout_s: float) -> NotebookGrade:
-    """Execute one notebook and grade its exercises in a clean process."""
+def grade_notebook(path: Path, cell_timeout_s: float,
+                   server: CheckServer | None = None) -> NotebookGrade:
+    """Execute one notebook and grade its exercises in a clean process (see CheckServer)."""
     grade = NotebookGrade(str(path))
     nb = nbformat.read(path, as_version=4)
     exercises = notebook_exercises(path, nb)
@@ -258,7 +170,11 @@ def grade_notebook(path: Path, cell_timeout_s: float) -> NotebookGrade:
                                "ran; grading stopped (restore them before grading again)")
         if not dump_path.exists():
             grade.notes.append("the learner's functions could not be collected from the kernel")
-        results, err = check_in_clean_process(dump_path, plan, workdir, cell_timeout_s)
+        if server is None:
+            with CheckServer() as own:
+                results, err = own.check(dump_path, plan, workdir, cell_timeout_s)
+        else:
+            results, err = server.check(dump_path, plan, workdir, cell_timeout_s)
     for ex in exercises:
         row = results.get(ex.exercise_id)
         if row is None:
@@ -295,15 +211,16 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
     missing = [p for p in notebooks if not Path(p).is_file()]
     for p in missing:
         print(f"grade: {p}: no such notebook")
-    for p in notebooks:
-        if p in missing:
-            continue
-        print(f"grading {p} ...", flush=True)
-        try:
-            grades.append(grade_notebook(Path(p), cell_timeout_s))
-        except RuntimeError as exc:
-            print(f"grade: {exc}")
-            return 1
+    with CheckServer() as server:
+        for p in notebooks:
+            if p in missing:
+                continue
+            print(f"grading {p} ...", flush=True)
+            try:
+                grades.append(grade_notebook(Path(p), cell_timeout_s, server))
+            except RuntimeError as exc:
+                print(f"grade: {exc}")
+                return 1
     if grades:
         rows = score_table(grades)
         print()

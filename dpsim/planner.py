@@ -191,25 +191,46 @@ class Crossover:
 
     strategy: str
     global_batch: int
-    hide_s_per_sample: float  # compute seconds per sample the communication can hide behind
-    comm_factor: float  # model-sized transfers per step: 2 (all-reduce), 3 (ZeRO-3)
-    model_bytes: int  # parameters (= gradients) in the communication dtype
-    link: Link  # the link used at the predicted crossover
-    formula_devices: float  # N* = c G B / (k S)
+    hide_s_per_sample: float  # c: compute seconds per sample the communication hides behind
+    hide_fixed_s: float  # c0: the part of that compute that does not shrink with the batch
+    comm_factor: float  # k: model-sized transfers per step, 2 (all-reduce) or 3 (ZeRO-3)
+    model_bytes: int  # S: parameters (= gradients) in the communication dtype
+    alpha_terms: int  # A: latencies per step per extra device (2 per bucket; 3 per unit)
+    link: Link  # the link (B, alpha) used at the predicted crossover
+    formula_devices: float  # N* from the formula
     simulated_devices: int | None  # first count where simulated comm >= its cover; None: never
 
     @property
     def formula(self) -> str:
         """The formula with its numbers."""
-        return (f"N* = c*G*B/(k*S) = {self.hide_s_per_sample * 1e3:.3g} ms x {self.global_batch}"
-                f" x {self.link.bandwidth_GBps:g} GB/s / ({self.comm_factor:g} x "
-                f"{self.model_bytes / 1e9:.3g} GB) = {self.formula_devices:.3g}")
+        return (f"c0 + c*G/N = k*S/B + A*alpha*N  ->  N* = {self.formula_devices:.3g}  (c0 = "
+                f"{self.hide_fixed_s * 1e3:.3g} ms, c = {self.hide_s_per_sample * 1e3:.3g} ms, "
+                f"G = {self.global_batch}, k = "
+                f"{self.comm_factor:g}, S = {self.model_bytes / 1e9:.3g} GB, B = "
+                f"{self.link.bandwidth_GBps:g} GB/s, A = {self.alpha_terms}, alpha = "
+                f"{self.link.latency_us:g} us)")
 
 
-def hide_s_per_sample(workload: Workload, cluster: Cluster, strategy: str,
-                      precision: str = "mixed") -> float:
-    """Seconds per sample of the compute that communication overlaps: backward for DDP,
-    forward + backward for ZeRO-3 (marginal cost per sample, without per-operator overhead)."""
+def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
+                      alpha_terms: int, link: Link, c0_s: float = 0.0) -> float:
+    """Solve c0 + c*G/N = k*S/B + A*alpha*N for N (ring collectives, (N-1)/N ~ 1):
+    A*alpha*N^2 + (k*S/B - c0)*N - c*G = 0.
+
+    With c0 = 0 and alpha = 0 it is N* = c*G*B/(k*S): the devices at which the compute per
+    device, shrinking as 1/N, falls to the fixed time of moving k copies of the model.
+    """
+    beta_s = k * model_bytes / (link.bandwidth_GBps * 1e9) - c0_s
+    a_s = alpha_terms * link.latency_us * 1e-6
+    cg = c_s * global_batch
+    if a_s == 0:
+        return cg / beta_s if beta_s > 0 else math.inf
+    return (-beta_s + math.sqrt(beta_s**2 + 4 * a_s * cg)) / (2 * a_s)
+
+
+def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
+                precision: str = "mixed") -> tuple[float, float]:
+    """(c0, c): the compute that communication overlaps, c0 + c*batch seconds (backward for
+    DDP, forward + backward for ZeRO-3), as the line through batches 1024 and 2048."""
     dev, dt = cluster.device, _dtype(precision)
 
     def cover(batch: int) -> float:
@@ -219,27 +240,32 @@ def hide_s_per_sample(workload: Workload, cluster: Cluster, strategy: str,
                   for layer in workload.layers)
         return bwd + (fwd if strategy == "fsdp" else 0.0)
 
-    return (cover(2048) - cover(1024)) / 1024
+    c = (cover(2048) - cover(1024)) / 1024
+    return max(0.0, cover(1024) - 1024 * c), c
 
 
 def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch: int, *,
               precision: str = "mixed",
               n_devices: Sequence[int] = POWERS_OF_TWO) -> Crossover:
     """Strong scaling of a fixed global batch: the compute per device c*G/N shrinks while
-    each step still moves k model-sized tensors, k*S/B seconds (ring, large N). They meet at
-    N* = c*G*B/(k*S). Next to it: the first simulated count whose comm time >= its cover."""
+    each step still moves k model-sized tensors (k*S/B) and pays A*(N-1) latencies. The
+    formula's N* sits next to the first simulated count whose comm time >= its cover."""
     require_choice("strategy", strategy, ("ddp", "fsdp"))
     require_int("global_batch", global_batch, 1, 1 << 24)
-    c = hide_s_per_sample(workload, cluster, strategy, precision)
-    k = 2.0 if strategy == "ddp" else 3.0
-    model = workload.n_params * DTYPE_BYTES[_dtype(precision)]
+    c0, c = hide_cost_s(workload, cluster, strategy, precision)
+    dt = _dtype(precision)
+    if strategy == "ddp":
+        k, a = 2.0, 2 * len(ddp.build_buckets(ddp.grad_tensors(workload, dt)))
+    else:
+        k, a = 3.0, 3 * len(workload.layers)  # one FSDP unit per layer
+    model = workload.n_params * DTYPE_BYTES[dt]
     link = cluster.intra_node
-    n_star = c * global_batch * link.bandwidth_GBps * 1e9 / (k * model) if model else math.inf
+    n_star = crossover_formula(c, global_batch, k, model, a, link, c0)
     if n_star > cluster.devices_per_node:  # beyond one node the slower link decides
-        link = cluster.with_devices(cluster.devices_per_node * 2).link_for(
-            cluster.devices_per_node * 2)
+        big = cluster.with_devices(cluster.devices_per_node * 2)
+        link = big.link_for(big.world_size)
         n_star = max(float(cluster.devices_per_node),
-                     c * global_batch * link.bandwidth_GBps * 1e9 / (k * model))
+                     crossover_formula(c, global_batch, k, model, a, link, c0))
     simulated = None
     for p in scaling_curve(workload, cluster, strategy, global_batch, mode="strong",
                            n_devices=n_devices, precision=precision):
@@ -247,7 +273,7 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
         if p.n_devices > 1 and p.hidden_comm_s + p.exposed_comm_s >= cover_s:
             simulated = p.n_devices
             break
-    return Crossover(strategy, global_batch, c, k, model, link, n_star, simulated)
+    return Crossover(strategy, global_batch, c, c0, k, model, a, link, n_star, simulated)
 
 
 def _uncovered_s(workload: Workload, cluster: Cluster, strategy: str, p: PlanResult,

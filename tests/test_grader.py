@@ -14,6 +14,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from dpsim import grader
+from dpsim.grading.clean_process import CheckServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,11 +132,15 @@ def test_clean_process_survives_hostile_functions(tmp_path: Path) -> None:
     dump = tmp_path / "functions.pkl"
     dump.write_bytes(pickle.dumps(found))
     plan = {"1.1": ["loops"], "1.2": ["exits"], "9.9": ["bad"], "1.3": ["kills"]}
-    results, _ = grader.check_in_clean_process(dump, plan, tmp_path, timeout_s=2.0)
+    with CheckServer() as server:
+        results, _ = server.check(dump, plan, tmp_path, timeout_s=2.0)
+        assert "1.3" not in results  # os._exit killed the child; grade_notebook scores it 0
+        (tmp_path / "again").mkdir()
+        again, _ = server.check(dump, {"9.9": ["bad"]}, tmp_path / "again", timeout_s=2.0)
+    assert again["9.9"]["message"].startswith("`bad` could not")  # the server lives on
     assert results["1.1"]["message"] == "the check took longer than 2 s"
     assert results["1.2"]["message"].startswith("checking stopped: SystemExit")
     assert results["9.9"]["message"] == "`bad` could not be pickled: TypeError: nope"
-    assert "1.3" not in results  # the process died; grade_notebook scores it 0
 
 
 def test_score_table_and_missing_file(tmp_path: Path,

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpsim.grading import ExerciseFailed, check, get_exercise, run_check
+from dpsim.grading import ExerciseFailed, check, core, get_exercise, run_check
 from dpsim.grading.ch01 import (
     measured_activation_bytes,
     measured_state_bytes,
@@ -19,7 +19,6 @@ from dpsim.grading.ch01 import (
     rule_activation_bytes,
 )
 from dpsim.memory import model_state_bytes
-from dpsim.grading import core
 
 
 def answer_hidden(result: core.CheckResult) -> bool:
@@ -163,22 +162,22 @@ WRONG_ACT: dict[str, tuple[Callable[[int, list[int]], Any], str]] = {
 }
 
 
-def _free(n: int, per: int, mem: int, bpp: int) -> int:
-    return mem - n * bpp
+def _batch(rule: Callable[[int, int], Any]) -> Callable[..., Any]:
+    """A largest_batch that computes rule(free_bytes, per_sample)."""
+    def fn(n: int, per: int, mem: int, bytes_per_param: int = 16) -> Any:
+        return rule(mem - n * bytes_per_param, per)
+    return fn
 
 
 WRONG_BATCH: dict[str, tuple[Callable[..., Any], str]] = {
     "no states": (lambda n, per, mem, bytes_per_param=16: mem // per, "forgot the model states"),
-    "round up": (lambda n, per, mem, bytes_per_param=16: max(0, math.ceil(_free(n, per, mem, bytes_per_param) / per)),
-                 "rounded up"),
-    "strict fit": (lambda n, per, mem, bytes_per_param=16: max(0, (_free(n, per, mem, bytes_per_param) - 1) // per),
-                   "off-by-one"),
-    "negative": (lambda n, per, mem, bytes_per_param=16: _free(n, per, mem, bytes_per_param) // per, "negative"),
-    "ignores bpp": (lambda n, per, mem, bytes_per_param=16: largest_batch(n, per, mem), "bytes_per_param"),
-    "true division": (lambda n, per, mem, bytes_per_param=16: max(0, _free(n, per, mem, bytes_per_param) / per),
-                      "whole number"),
-    "plus one": (lambda n, per, mem, bytes_per_param=16:
-                 largest_batch(n, per, mem, bytes_per_param) + 1, "rounded up"),
+    "round up": (_batch(lambda free, per: max(0, math.ceil(free / per))), "rounded up"),
+    "strict fit": (_batch(lambda free, per: max(0, (free - 1) // per)), "off-by-one"),
+    "negative": (_batch(lambda free, per: free // per), "negative"),
+    "ignores bpp": (lambda n, per, mem, bytes_per_param=16: largest_batch(n, per, mem),
+                    "bytes_per_param"),
+    "true division": (_batch(lambda free, per: max(0, free / per)), "whole number"),
+    "plus one": (_batch(lambda free, per: max(0, free // per + 1)), "rounded up"),
 }
 
 

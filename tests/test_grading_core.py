@@ -16,11 +16,11 @@ from dpsim.grading import (
     all_exercises,
     chapter_exercises,
     check,
+    core,
     exercise,
     get_exercise,
     run_check,
 )
-from dpsim.grading import core
 
 
 def _add_cases(rng: random.Random) -> Iterator[Case]:
@@ -158,7 +158,7 @@ def test_registry_discovers_the_chapter_modules() -> None:
     assert {"1.1", "1.2", "1.3"} <= set(IDS)
     assert [ex.exercise_id for ex in chapter_exercises(1)][:3] == ["1.1", "1.2", "1.3"]
     assert len({ex.function for ex in EXERCISES}) == len(EXERCISES), "function names repeat"
-    assert IDS == sorted(IDS, key=lambda i: tuple(map(int, i.split("."))))
+    assert sorted(IDS, key=lambda i: tuple(map(int, i.split(".")))) == IDS
 
 
 @pytest.mark.parametrize("exercise_id", IDS)

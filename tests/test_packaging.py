@@ -20,7 +20,9 @@ def test_environment_yml_matches_pyproject() -> None:
     pip_names |= {_name(r) for r in project["optional-dependencies"]["dev"]}
     expected = {CONDA_NAMES.get(n, n) for n in pip_names}
     listed = set()
-    for line in (ROOT / "environment.yml").read_text().splitlines():
+    text = (ROOT / "environment.yml").read_text()
+    deps = text.split("dependencies:", 1)[1]
+    for line in deps.splitlines():
         m = re.match(r"\s+- ([A-Za-z0-9_.-]+)", line)
         if m and m.group(1) not in ("python", "pip", "-e", "pip:"):
             listed.add(m.group(1).lower())

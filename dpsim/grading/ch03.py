@@ -48,9 +48,6 @@ def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
                 "you spread the remainder one sample at a time (numpy.array_split / "
                 "torch.tensor_split); torch.chunk makes chunks of ceil(B/N) and the last "
                 "one takes what is left": _spread(batch, n),
-                "you kept the empty chunks; scatter returns only non-empty chunks, and "
-                "DataParallel replicates onto that many devices only":
-                    expected + [0] * (n - len(expected)),
                 "you dropped the remainder (B // N each)": [batch // n] * n,
                 "you gave every device ceil(B/N) samples; the chunks must add up to the "
                 "batch": [size] * n,
@@ -74,8 +71,6 @@ def _scatter_cases(rng: random.Random) -> Iterator[Case]:
             mistakes={
                 "you spread the remainder (torch.tensor_split); DataParallel uses "
                 "torch.chunk": [c.tolist() for c in torch.tensor_split(x, n)],
-                "you cut the feature dimension; the batch is dimension 0":
-                    [c.tolist() for c in x.chunk(n, dim=1)],
                 "the chunks are out of order: device d gets the d-th slice of the batch":
                     [c.tolist() for c in reversed(x.chunk(n))],
             },
@@ -91,19 +86,10 @@ def _gather_cases(rng: random.Random) -> Iterator[Case]:
         if expected != out.tolist():
             raise RuntimeError("torch.cat of the chunks is not the original batch")
         sizes = [int(c.shape[0]) for c in chunks]
-        mistakes = {
-            "you added the outputs up (that happens to gradients in the reduce, not to "
-            "outputs)": None,
-            "the chunks are out of order: device 0's outputs come first":
-                torch.cat(chunks[::-1]).tolist(),
-        }
-        if len(set(sizes)) == 1:
-            mistakes["you stacked the chunks (a new dimension); gather concatenates along "
-                     "the batch dimension"] = torch.stack(chunks).tolist()
-            mistakes["you added the outputs up (that happens to gradients in the reduce, "
-                     "not to outputs)"] = torch.stack(chunks).sum(0).tolist()
         yield Case(f"gather(outputs) with chunk sizes {sizes} of {out.shape[1]} values",
-                   args=([c.clone() for c in chunks],), expected=expected, mistakes=mistakes)
+                   args=([c.clone() for c in chunks],), expected=expected,
+                   mistakes={"the chunks are out of order: device 0's outputs come first":
+                             torch.cat(chunks[::-1]).tolist()})
 
 
 def reference_extra_bytes(batch_size: int, out_features: int, n_params: int,

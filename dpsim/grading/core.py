@@ -93,7 +93,7 @@ class CheckResult:
 
 
 _REGISTRY: dict[str, Exercise] = {}
-_discovered = False
+_imported: set[str] = set()  # chapter modules already imported
 
 
 def exercise(exercise_id: str, *, function: str, title: str,
@@ -121,17 +121,24 @@ def _sort_key(exercise_id: str) -> tuple[int, int]:
     return int(chapter), int(number)
 
 
-def _discover() -> None:
-    """Import every chapter module dpsim/grading/chNN.py once (they register on import)."""
-    global _discovered
-    if _discovered:
-        return
+def chapter_modules(chapter: int | None = None) -> list[str]:
+    """Names of the chapter modules dpsim/grading/chNN.py (of one chapter, or all)."""
     import dpsim.grading as package
 
+    names = []
     for info in pkgutil.iter_modules(package.__path__):
-        if re.fullmatch(r"ch\d+", info.name):
-            importlib.import_module(f"{package.__name__}.{info.name}")
-    _discovered = True
+        match = re.fullmatch(r"ch(\d+)", info.name)
+        if match and (chapter is None or int(match.group(1)) == chapter):
+            names.append(f"{package.__name__}.{info.name}")
+    return sorted(names)
+
+
+def _discover(chapter: int | None = None) -> None:
+    """Import the chapter modules (they register their exercises on import)."""
+    for name in chapter_modules(chapter):
+        if name not in _imported:
+            importlib.import_module(name)
+            _imported.add(name)
 
 
 def all_exercises() -> list[Exercise]:
@@ -142,12 +149,18 @@ def all_exercises() -> list[Exercise]:
 
 def chapter_exercises(chapter: int) -> list[Exercise]:
     """The exercises of one chapter, in order."""
-    return [ex for ex in all_exercises() if ex.chapter == chapter]
+    _discover(chapter)
+    return [_REGISTRY[i] for i in sorted(_REGISTRY, key=_sort_key)
+            if _REGISTRY[i].chapter == chapter]
 
 
 def get_exercise(exercise_id: str) -> Exercise:
     """The exercise registered as `exercise_id` (ValueError listing the known ids if none)."""
-    _discover()
+    match = ID_PATTERN.match(exercise_id) if isinstance(exercise_id, str) else None
+    if match:
+        _discover(int(match.group(1)))  # only this chapter's module: a fast first check()
+    if exercise_id not in _REGISTRY:
+        _discover()
     require_choice("exercise_id", exercise_id, sorted(_REGISTRY, key=_sort_key))
     return _REGISTRY[exercise_id]
 

@@ -10,6 +10,7 @@ Tensors go to this rank's GPU when the group runs NCCL, else stay on the CPU (gl
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -114,8 +115,9 @@ def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20)
              for _ in range(min(RECV_WINDOW, max_segments))]
     # sends of the reduce-scatter read chunks that the all-gather later overwrites: they
     # must be finished before the all-gather receives; all-gather sends are waited at the end
-    rs_sends = [dist.isend(part, right, tag=k)  # step 0: this rank's own chunk r-1
-                for k, part in enumerate(chunks[(rank - 1) % n].split(seg)) if part.numel()]
+    first = chunks[(rank - 1) % n]  # step 0 sends this rank's own chunk r-1
+    rs_sends: list[Any] = [dist.isend(part, right, tag=k)
+                           for k, part in enumerate(first.split(seg)) if part.numel()]
     ag_sends: list[Any] = []
     for step in range(2 * (n - 1)):
         reduce = step < n - 1
@@ -129,7 +131,7 @@ def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20)
             return slots[k % len(slots)][: parts[k].numel()] if reduce else parts[k]
 
         window = len(slots) if reduce else len(parts)
-        recvs = {k: dist.irecv(landing(k), left, tag=step * max_segments + k)
+        recvs: dict[int, Any] = {k: dist.irecv(landing(k), left, tag=step * max_segments + k)
                  for k in range(min(window, len(parts)))}
         for k, mine in enumerate(parts):
             recvs.pop(k).wait()
@@ -191,22 +193,27 @@ def time_all_reduce(rank: int, world_size: int, sizes_bytes: Sequence[int], repe
                     impls: Sequence[str] = IMPLEMENTATIONS) -> dict[str, dict[int, float]]:
     """Median seconds (slowest rank) of one all-reduce per size, for each implementation.
 
-    One untimed warm-up run precedes the `repeats` timed runs of each size. Sizes are in
-    bytes of float32 data (rounded down to whole elements).
+    "hand" is `ring_all_reduce_`, "torch" is `dist.all_reduce`. Each size gets one untimed
+    warm-up per implementation, then `repeats` rounds that time every implementation in
+    turn, so a busy machine slows both alike. Sizes are bytes of float32 data.
     """
     require_int("repeats", repeats, 1, 1000)
     for impl in impls:
         require_choice("impl", impl, IMPLEMENTATIONS)
     device = rank_device()
-    results: dict[str, dict[int, float]] = {impl: {} for impl in impls}
+    samples: dict[str, dict[int, list[float]]] = {impl: {} for impl in impls}
     for nbytes in sizes_bytes:
         require_int("nbytes", nbytes, BYTES_PER_ELEMENT)
         data = torch.zeros(nbytes // BYTES_PER_ELEMENT, device=device)
+        ops: dict[str, Callable[[], Any]] = {
+            "hand": functools.partial(ring_all_reduce_, data),
+            "torch": functools.partial(dist.all_reduce, data),
+        }
         for impl in impls:
-            op = (lambda d=data: ring_all_reduce_(d)) if impl == "hand" else (
-                lambda d=data: dist.all_reduce(d))
-            op()  # warm-up: connections, allocations
-            samples = [_timed(op, device) for _ in range(repeats)]
-            results[impl][int(nbytes)] = statistics.median(samples)
+            ops[impl]()  # warm-up: connections, allocations
+        for _ in range(repeats):
+            for impl in impls:
+                samples[impl].setdefault(int(nbytes), []).append(_timed(ops[impl], device))
         del data
-    return results
+    return {impl: {s: statistics.median(v) for s, v in per_size.items()}
+            for impl, per_size in samples.items()}

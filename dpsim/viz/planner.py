@@ -130,8 +130,8 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
             "showarrow": False, "xanchor": "left", "font": {"color": color, "size": 11},
             "text": f"{LABELS[cr.strategy]}: formula N* = {cr.formula_devices:.0f} (dashed),"
                     f" simulated {cr.simulated_devices} (dotted)"})
-    for ax in ("xaxis", "xaxis2"):
-        layout[ax].update({"type": "log", "title": {"text": "devices"}})
-    for ax in ("yaxis", "yaxis2"):
-        layout[ax]["range"] = [0, 1.05]
+    for name in ("xaxis", "xaxis2"):
+        layout[name].update({"type": "log", "title": {"text": "devices"}})
+    for name in ("yaxis", "yaxis2"):
+        layout[name]["range"] = [0, 1.05]
     return go.Figure(data=data, layout=layout)

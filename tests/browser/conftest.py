@@ -1,4 +1,4 @@
-"""Fixtures for the browser test: one JupyterLab server and one Chromium for the session.
+"""Fixtures for the browser test: one JupyterLab server and one Chromium for all notebooks.
 
 Without Chromium or playwright the tests are skipped, and the run ends with one line
 saying so (set DPSIM_REQUIRE_BROWSER=1, as CI does, to make that a failure instead).
@@ -23,7 +23,7 @@ from lab_driver import (
 
 SKIP_PREFIX = "browser test did not run"
 _RESULTS_KEY = pytest.StashKey[list[Any]]()
-_REPAIRS_KEY = pytest.StashKey[list[str]]()
+_PROBLEMS_KEY = pytest.StashKey[list[str]]()
 
 
 def _skip_or_fail(why: str) -> None:
@@ -33,7 +33,7 @@ def _skip_or_fail(why: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_ready() -> None:
     """Skip (or fail under DPSIM_REQUIRE_BROWSER=1) where Chromium or playwright is missing."""
     why = unavailable_reason()
@@ -41,7 +41,7 @@ def browser_ready() -> None:
         _skip_or_fail(why)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab_server(
     browser_ready: None, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[LabServer]:
@@ -50,14 +50,20 @@ def lab_server(
     try:
         yield server
     finally:
-        repairs = server.stop()
-        request.config.stash.setdefault(_REPAIRS_KEY, []).extend(repairs)
+        problems = server.stop()
+        request.config.stash.setdefault(_PROBLEMS_KEY, []).extend(problems)
+    saved = [p for p in problems if "wrote a notebook" in p]
+    if saved:  # outputs written into notebooks/ would end up in the repository
+        pytest.fail("\n".join(saved), pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def browser(browser_ready: None) -> Iterator[Any]:
-    """Headless Debian Chromium driven by playwright (no browser download)."""
-    from lab_driver import CHROMIUM_FLAGS, CHROMIUM_PATH
+@pytest.fixture(scope="module")
+def browser_context(browser_ready: None) -> Iterator[Any]:
+    """Headless Debian Chromium driven by playwright (no browser download), one context.
+
+    One context for all notebooks: JupyterLab's static files load once, then from cache.
+    """
+    from lab_driver import CHROMIUM_FLAGS, CHROMIUM_PATH, VIEWPORT
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -65,12 +71,12 @@ def browser(browser_ready: None) -> Iterator[Any]:
             executable_path=str(CHROMIUM_PATH), args=CHROMIUM_FLAGS, headless=True
         )
         try:
-            yield chromium
+            yield chromium.new_context(viewport=VIEWPORT, device_scale_factor=1)
         finally:
             chromium.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def shots_dir(browser_ready: None) -> Path:
     """artifacts/screenshots/, emptied of the last run's PNGs."""
     return clean_screenshot_dir()
@@ -85,7 +91,7 @@ def record_result(request: pytest.FixtureRequest) -> Any:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Per-notebook lines, where the screenshots are, or the one line saying it did not run."""
     results = config.stash.get(_RESULTS_KEY, [])
-    repairs = config.stash.get(_REPAIRS_KEY, [])
+    problems = config.stash.get(_PROBLEMS_KEY, [])
     skipped = [
         r for r in terminalreporter.stats.get("skipped", []) if SKIP_PREFIX in str(r.longrepr)
     ]
@@ -93,7 +99,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section("JupyterLab in headless Chromium")
         for r in results:
             terminalreporter.write_line(r.summary())
-        for line in repairs:
+        for line in problems:
             terminalreporter.write_line(f"after the test: {line}")
         shots = sorted({p.parent for r in results for p in r.screenshots})
         for folder in shots:

@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -37,6 +37,7 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+VIEWPORT = {"width": 1280, "height": 860}  # CSS px; screenshots are this size (scale 1)
 INSTALL_HINT = "run .ci/install-browser to enable it"
 
 # JupyterLab user settings for the test only: never save a notebook (running it in the
@@ -96,7 +97,6 @@ class LabServer:
     log_path: Path
     run_id: str  # marks every process this server started (env DPSIM_E2E_RUN)
     tree_prefix: str = ""  # "" when notebooks/ is the server root, else "notebooks/"
-    originals: dict[Path, bytes] = field(default_factory=dict)
 
     def api(self, method: str, path: str, timeout_s: float = 10.0) -> object:
         """Call the Jupyter REST API; return the decoded JSON (None for an empty body)."""
@@ -131,8 +131,8 @@ class LabServer:
         return "\n".join(lines[-n_lines:])
 
     def stop(self) -> list[str]:
-        """Stop the server and everything it started; return what had to be repaired."""
-        repairs: list[str] = []
+        """Stop the server and everything it started; return what went wrong on the way."""
+        problems: list[str] = []
         self.shutdown_kernels()
         _kill_group(self.process)
         # the server's own children (kernels, their ranks) get the same grace to exit
@@ -140,12 +140,11 @@ class LabServer:
         for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-                repairs.append(f"killed process {pid}, still running 10 s after the server")
-        for path, data in self.originals.items():
-            if path.read_bytes() != data:
-                path.write_bytes(data)
-                repairs.append(f"{path.name} was modified while the browser test ran; restored")
-        return repairs
+                problems.append(f"killed process {pid}, still running 10 s after the server")
+        # the server writes one log line per save; autosave is off, so there must be none
+        saves = [line for line in self.log_tail(10_000).splitlines() if "Saving file at" in line]
+        problems += [f"JupyterLab wrote a notebook during the test: {line}" for line in saves]
+        return problems
 
 
 def _kill_group(process: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
@@ -196,7 +195,6 @@ def start_lab(work_dir: Path, notebooks: list[Path], timeout_s: float = 90.0) ->
     """Start `python -m dpsim lab` on a free port with a fresh token; wait until it answers.
 
     work_dir holds the server log and the test's JupyterLab settings and workspaces.
-    The bytes of every notebook are kept, so stop() can prove (and undo) any write.
     """
     settings_dir = work_dir / "lab-settings"
     _write_settings(settings_dir)
@@ -213,7 +211,6 @@ def start_lab(work_dir: Path, notebooks: list[Path], timeout_s: float = 90.0) ->
         PYTHONUNBUFFERED="1",
     )
     log_path = work_dir / "jupyterlab.log"
-    originals = {p: p.read_bytes() for p in notebooks}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             lab_argv(port),
@@ -225,7 +222,6 @@ def start_lab(work_dir: Path, notebooks: list[Path], timeout_s: float = 90.0) ->
             start_new_session=True,  # its own process group: stop() kills all of it
         )
     server = LabServer(f"http://127.0.0.1:{port}", token, process, log_path, run_id)
-    server.originals = originals
     try:
         _wait_ready(server, timeout_s)
         server.tree_prefix = _tree_prefix(server, notebooks)

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # playwright is imported only where the browser test runs
     from lab_driver import LabServer
-    from playwright.sync_api import Browser, Locator, Page
+    from playwright.sync_api import BrowserContext, Locator, Page
 
 PROBE_JS = Path(__file__).with_name("notebook_probe.js")
-VIEWPORT = {"width": 1280, "height": 860}
 KERNEL_READY_S = 60.0  # open the page, start the kernel
 SETTLE_S = 30.0  # outputs arrived -> figures and widgets drawn
 SLIDER_EFFECT_S = 30.0  # slider moved -> figure redrawn
@@ -65,11 +64,10 @@ class NotebookResult:
 class NotebookSession:
     """A browser page showing one notebook, with the probe loaded."""
 
-    def __init__(self, browser: Browser, server: LabServer, notebook: Path) -> None:
+    def __init__(self, context: BrowserContext, server: LabServer, notebook: Path) -> None:
         self.notebook = notebook
         self.server = server
-        self.context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
-        self.page: Page = self.context.new_page()
+        self.page: Page = context.new_page()
         self.page.add_init_script(path=str(PROBE_JS))
         self.console: list[str] = []
         self.page.on("pageerror", lambda e: self.console.append(f"page error: {e}"))
@@ -98,7 +96,7 @@ class NotebookSession:
         return f"{self.notebook.name} cell {cell['index']} (`{cell['source_head']}`)"
 
     def close(self) -> None:
-        self.context.close()
+        self.page.close()
 
 
 def _poll(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
@@ -214,7 +212,7 @@ def inspect_outputs(
 
 
 def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> None:
-    """Drag the first enabled slider of a dashboard; its figure must change."""
+    """Drag the first enabled slider of a dashboard; what it shows must change."""
     i = cell["index"]
     k = next(
         (
@@ -357,12 +355,16 @@ def screenshots(
 
 
 def check_notebook(
-    browser: Browser, server: LabServer, notebook: Path, shots_dir: Path, time_limit_s: float
+    context: BrowserContext,
+    server: LabServer,
+    notebook: Path,
+    shots_dir: Path,
+    time_limit_s: float,
 ) -> NotebookResult:
-    """Everything above, for one notebook; the kernel is shut down afterwards."""
+    """Everything above, for one notebook in a new page; the kernel is shut down afterwards."""
     result = NotebookResult(notebook.name)
     clock = _PhaseClock(result)
-    nb = NotebookSession(browser, server, notebook)
+    nb = NotebookSession(context, server, notebook)
     cells: list[dict[str, Any]] = []
     try:
         failure = open_notebook(nb)
@@ -402,14 +404,14 @@ def check_notebook(
 
 
 def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:
-    """Play every animation; move one slider in every dashboard (a cell with both)."""
+    """Play every animation; move one slider in every dashboard (sliders and a figure)."""
     for c in cells:
         for p, info in enumerate(c["plots"]):
             if info["n_frames"] > 1:
                 check_plotly_animation(nb, c, p, result)
         if c["n_play"]:
             check_play_widget(nb, c, result)
-        elif c["n_sliders"] and c["plots"]:
+        elif c["n_sliders"] and (c["plots"] or c["dashboard"]):
             check_slider(nb, c, result)
 
 

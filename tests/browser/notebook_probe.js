@@ -87,6 +87,7 @@
         n_widgets: c.querySelectorAll(".jupyter-widgets").length,
         n_sliders: c.querySelectorAll(".widget-slider .noUi-handle").length,
         n_play: c.querySelectorAll(".widget-play").length,
+        dashboard: !!c.querySelector(".dpsim-dashboard"),
       };
     });
   }
@@ -105,19 +106,21 @@
     return ArrayBuffer.isView(value) ? Array.from(value) : value;
   }
 
-  // A fingerprint of every figure in a cell: its data, shapes and annotations.
-  // null while any figure in the cell is not drawn yet (e.g. an Output widget redrawing).
+  // A fingerprint of what a cell shows: every figure's data, shapes, annotations and title,
+  // and the text printed inside its widgets. null while a figure is not drawn yet
+  // (an Output widget redrawing) or when there is nothing to compare.
   function figureFingerprint(index) {
     const c = cellNodes()[index];
     if (!c) return null;
     const gds = Array.from(c.querySelectorAll(".js-plotly-plot"));
-    if (!gds.length || gds.some((gd) => !gd._fullLayout)) return null;
-    return hashString(
-      JSON.stringify(
-        gds.map((gd) => [gd.data, (gd.layout || {}).shapes, (gd.layout || {}).annotations, (gd.layout || {}).title]),
-        replacer,
-      ),
-    );
+    if (gds.some((gd) => !gd._fullLayout)) return null;
+    const figures = gds.map((gd) => {
+      const l = gd.layout || {};
+      return [gd.data, l.shapes, l.annotations, l.title];
+    });
+    const texts = Array.from(c.querySelectorAll(".widget-output .jp-RenderedText")).map((e) => e.textContent);
+    if (!figures.length && !texts.length) return null;
+    return hashString(JSON.stringify([figures, texts], replacer));
   }
 
   function sliderState(index, k) {

@@ -27,11 +27,15 @@ _NOTEBOOKS: list[Any] = notebooks() or [
 @pytest.mark.timeout(NOTEBOOK_LIMIT_S + 150)  # run limit + opening, checks, screenshots
 @pytest.mark.parametrize("notebook", _NOTEBOOKS, ids=lambda p: p.stem if p else "none")
 def test_notebook_in_jupyterlab(
-    notebook: Path, lab_server: LabServer, browser: Any, shots_dir: Path, record_result: Any
+    notebook: Path,
+    lab_server: LabServer,
+    browser_context: Any,
+    shots_dir: Path,
+    record_result: Any,
 ) -> None:
     from notebook_page import check_notebook
 
-    result = check_notebook(browser, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S)
+    result = check_notebook(browser_context, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S)
     record_result(result)
     for note in result.notes:
         print("note:", note)

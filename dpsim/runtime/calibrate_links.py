@@ -1,0 +1,108 @@
+"""Calibrate the alpha-beta model on this machine from timed real all-reduces.
+
+`measure_all_reduce` times `dist.all_reduce` (or the hand-written ring) on real ranks;
+`fit_alpha_beta` finds the latency alpha and bandwidth B for which the ring closed form
+    t(S) = 2(N-1) alpha + 2(N-1)/N S / B
+best matches those times (least squares on relative error, so 1 KiB and 64 MiB count
+alike). The fit is pure arithmetic on the measured numbers: same numbers, same Link.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsim.collectives import collective_time_s, cost_terms
+from dpsim.hardware import Link
+from dpsim.validation import require_choice, require_int
+
+KiB, MiB = 1024, 1024**2
+DEFAULT_SIZES = (KiB, 16 * KiB, 256 * KiB, 4 * MiB)  # small: a notebook on 2 cores
+BENCHMARK_SIZES = tuple(KiB * 4**k for k in range(9))  # 1 KiB .. 64 MiB
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted Link and the measurements it was fitted to (times in seconds)."""
+
+    link: Link
+    collective: str
+    world_size: int
+    sizes_bytes: tuple[int, ...]
+    measured_s: tuple[float, ...]
+
+    @property
+    def predicted_s(self) -> list[float]:
+        """The calibrated model's time for each measured size."""
+        return [collective_time_s(self.collective, s, self.world_size, self.link)
+                for s in self.sizes_bytes]
+
+    @property
+    def errors(self) -> list[float]:
+        """|predicted - measured| / measured for each size."""
+        return [abs(p - m) / m for p, m in zip(self.predicted_s, self.measured_s, strict=True)]
+
+    @property
+    def median_error(self) -> float:
+        """Median relative prediction error over the measured sizes."""
+        return statistics.median(self.errors)
+
+    def __str__(self) -> str:
+        return (f"calibrated on {self.world_size} ranks: latency alpha = "
+                f"{self.link.latency_us:.1f} us, bandwidth B = {self.link.bandwidth_GBps:.2f} GB/s"
+                f"; median error {100 * self.median_error:.0f}% over {len(self.sizes_bytes)} sizes")
+
+
+def fit_alpha_beta(sizes_bytes: Sequence[int], measured_s: Sequence[float], world_size: int,
+                   collective: str = "all_reduce", name: str = "calibrated link") -> Calibration:
+    """Fit alpha (us) and B (GB/s) of the ring model to measured seconds per size."""
+    require_int("world_size", world_size, 2)
+    if len(sizes_bytes) != len(measured_s) or len(sizes_bytes) < 2:
+        raise ValueError(f"got {len(sizes_bytes)} sizes and {len(measured_s)} times; allowed: "
+                         "the same number of each, at least 2")
+    for s in sizes_bytes:
+        require_int("nbytes", s, 0)
+    if min(measured_s) <= 0:
+        raise ValueError(f"measured_s={list(measured_s)} has a time <= 0; allowed: times > 0")
+    n_alpha, s_over_b = cost_terms(collective, world_size, "ring")
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    times = np.asarray(measured_s, dtype=float)
+    # t/t = 1 = n_alpha * alpha / t + s_over_b * S / t * (1/B): linear in (alpha, 1/B)
+    design = np.stack([n_alpha / times, s_over_b * sizes / times], axis=1)
+    (alpha_s, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
+    if inv_bw <= 0:  # latency explains everything: keep a huge bandwidth
+        alpha_s, inv_bw = float(np.median(times)) / n_alpha, 1e-15
+    if alpha_s < 0:  # bandwidth explains everything: refit 1/B alone
+        alpha_s = 0.0
+        col = design[:, 1]
+        inv_bw = float(col @ np.ones_like(times) / (col @ col))
+    link = Link(name, bandwidth_GBps=1.0 / inv_bw / 1e9, latency_us=float(alpha_s) * 1e6)
+    return Calibration(link, collective, world_size, tuple(int(s) for s in sizes_bytes),
+                       tuple(float(t) for t in measured_s))
+
+
+def measure_all_reduce(world_size: int = 4, sizes_bytes: Sequence[int] = DEFAULT_SIZES,
+                       repeats: int = 3, impls: Sequence[str] = ("torch",),
+                       backend: str = "auto", timeout_s: float = 300.0
+                       ) -> dict[str, dict[int, float]]:
+    """Median seconds of one all-reduce per size on `world_size` real ranks, per impl."""
+    from dpsim.runtime.collective_workers import time_all_reduce
+    from dpsim.runtime.launch import launch
+
+    require_int("world_size", world_size, 2, 64)
+    results = launch(time_all_reduce, world_size, args=(list(sizes_bytes), repeats, list(impls)),
+                     backend=backend, timeout_s=timeout_s)
+    return dict(results[0])
+
+
+def calibrate(world_size: int = 4, sizes_bytes: Sequence[int] = DEFAULT_SIZES,
+              repeats: int = 3, impl: str = "torch", backend: str = "auto") -> Calibration:
+    """Time real all-reduces on this machine and fit the alpha-beta ring model to them."""
+    require_choice("impl", impl, ("torch", "hand"))
+    measured = measure_all_reduce(world_size, sizes_bytes, repeats, (impl,), backend)[impl]
+    sizes = sorted(measured)
+    return fit_alpha_beta(sizes, [measured[s] for s in sizes], world_size,
+                          name=f"this machine, calibrated ({world_size} ranks, {impl})")

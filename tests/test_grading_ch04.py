@@ -1,0 +1,77 @@
+"""Chapter 4 checks: the right answers pass, and each typical wrong answer is caught."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from dpsim.gil import predict_speedup as library_speedup
+from dpsim.grading import ExerciseFailed, check, core, run_check
+
+
+def answer_hidden(result: core.CheckResult) -> bool:
+    """True if the failed case's expected value is nowhere in the message (label aside)."""
+    assert result.message is not None
+    body = result.message.replace(result.failed_label or "", "")
+    body = re.sub(r"\(\d+ of \d+ cases passed\)", "", body)
+    return str(result.expected) not in body
+
+
+def predicted_speedup(gil_share: float, n_threads: int, n_cores: int) -> float:
+    bound = min(n_threads, n_cores)
+    return min(bound, 1 / gil_share) if gil_share > 0 else float(bound)
+
+
+def gil_share(intervals: list[tuple[str, float, float]]) -> float:
+    python = sum(end - start for kind, start, end in intervals if kind == "python")
+    native = sum(end - start for kind, start, end in intervals if kind == "native")
+    return python / (python + native)
+
+
+def measured_speedup(times_s: dict[int, float]) -> dict[int, float]:
+    return {k: k * times_s[1] / t for k, t in times_s.items()}
+
+
+def test_right_answers_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    check("4.1", predicted_speedup)
+    check("4.1", library_speedup)
+    check("4.2", gil_share)
+    check("4.3", measured_speedup)
+    assert capsys.readouterr().out == ("PASS 4.1 (5/5)\nPASS 4.1 (5/5)\nPASS 4.2 (3/3)\n"
+                                       "PASS 4.3 (3/3)\n")
+
+
+def _span(iv: list[tuple[str, float, float]]) -> float:
+    return iv[-1][2] - iv[0][1]
+
+
+WRONG: list[tuple[str, Callable[..., Any], str]] = [
+    ("4.1", lambda g, n, c: 1 / (g + (1 - g) / n), "Amdahl"),
+    ("4.1", lambda g, n, c: min(n, 1 / g) if g else float(n), "ignored the cores"),
+    ("4.1", lambda g, n, c: n * (1 - g), "GIL-free share"),
+    ("4.1", lambda g, n, c: min(1 / g, c) if g else float(c), "number of threads"),
+    ("4.1", lambda g, n, c: 1 / g if g else float(n), "too large"),
+    ("4.1", lambda g, n, c: "fast", "number"),
+    ("4.2", lambda iv: sum(e - s for k, s, e in iv if k == "python") / _span(iv),
+     "whole span"),
+    ("4.2", lambda iv: 1 - gil_share(iv), "GIL-free share"),
+    ("4.2", lambda iv: 0.5, "intervals, not seconds"),
+    ("4.3", lambda t: {k: t[1] / v for k, v in t.items()}, "t(1) / t(k)"),
+    ("4.3", lambda t: {k: v / (k * t[1]) for k, v in t.items()}, "inverted"),
+    ("4.3", lambda t: [k * t[1] / v for k, v in t.items()], "not the right one"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "fn", "hint"), [
+    pytest.param(i, fn, hint, id=f"{i}-{n}") for n, (i, fn, hint) in enumerate(WRONG)])
+def test_wrong_answer_is_caught_with_its_hint(exercise_id: str, fn: Callable[..., Any],
+                                              hint: str) -> None:
+    with pytest.raises(ExerciseFailed) as info:
+        check(exercise_id, fn)
+    assert hint in str(info.value), str(info.value)
+    result = run_check(exercise_id, fn)
+    assert answer_hidden(result), result.message
+    assert str(info.value) == result.message
