@@ -20,7 +20,7 @@ from dpsim.runtime.collective_workers import (
 )
 from dpsim.runtime.launch import launch
 
-SIZES = (0, 1, 2, 3, 5, 17, 1000, 4099, 300_001)  # empty, shorter than N, uneven, segmented
+SIZES = (0, 1, 2, 3, 5, 17, 1000, 4099, 70_001)  # empty, shorter than N, uneven, segmented
 
 
 def _everything(rank: int, world_size: int) -> dict[str, Any]:
@@ -28,14 +28,14 @@ def _everything(rank: int, world_size: int) -> dict[str, Any]:
     shown = {c: show_collective(rank, world_size, c, n_elements=2) for c in SHOWN_COLLECTIVES}
     errors = {}
     for n in SIZES:
-        for segment in (None, 64, 1 << 20):
+        for segment in (None, 4096):  # one segment per chunk; several (70_001 elements)
             errors[(n, segment)] = check_ring_all_reduce(
                 rank, world_size, n, seed=n,
                 ring=lambda t, s=segment: ring_all_reduce_(t, segment_nbytes=s))
     # float64 and a 2-D tensor go through the same code path
     x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (rank + 1)
     ring_all_reduce_(x)
-    timed = time_all_reduce(rank, world_size, [4096, 65536], repeats=2)
+    timed = time_all_reduce(rank, world_size, [4096, 65536], repeats=1)
     return {"shown": shown, "errors": errors, "matrix": x, "timed": timed}
 
 
@@ -63,7 +63,8 @@ def test_each_collective_before_and_after(four_ranks: list[dict]) -> None:
     assert [s["all_gather"]["after"] for s in shown] == [own] * 4
     assert shown[0]["gather"]["after"] == own and shown[2]["gather"]["after"] is None
     pieces = shown[0]["scatter"]["before"]
-    assert [s["scatter"]["after"] for s in shown] == pieces and shown[1]["scatter"]["before"] is None
+    assert [s["scatter"]["after"] for s in shown] == pieces
+    assert shown[1]["scatter"]["before"] is None
     for r, s in enumerate(shown):  # reduce_scatter: rank r gets the sum of everyone's piece r
         expected = [sum(x["reduce_scatter"]["before"][r][i] for x in shown) for i in range(2)]
         assert s["reduce_scatter"]["after"] == expected
@@ -77,15 +78,6 @@ def test_timing_sweep_returns_positive_medians(four_ranks: list[dict]) -> None:
         assert sorted(timed[impl]) == [4096, 65536]
         assert all(0 < t < 10 for t in timed[impl].values())
     assert four_ranks[1]["timed"] == timed  # max over ranks: every rank reports the same
-
-
-def _two_rank_ring(rank: int, world_size: int) -> list[float]:
-    return [check_ring_all_reduce(rank, world_size, n, seed=3)["max_abs_error"] for n in SIZES]
-
-
-def test_hand_ring_on_2_ranks() -> None:
-    per_rank = launch(_two_rank_ring, 2, backend="gloo", timeout_s=120)
-    assert all(err <= 1e-5 for errs in per_rank for err in errs)
 
 
 def test_bad_collective_name_is_refused_before_any_launch() -> None:

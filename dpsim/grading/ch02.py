@@ -58,8 +58,8 @@ def _bytes_sent_cases(rng: random.Random) -> Iterator[Case]:
 # --- 2.2 ----------------------------------------------------------------------------------
 
 
-def _rs_variant(arrays: list[np.ndarray], simultaneous: bool, direction: int,
-                copies: bool) -> list[list[np.ndarray]]:
+def _rs_variant(arrays: list[np.ndarray], direction: int, copies: bool
+                ) -> list[list[np.ndarray]]:
     """A reduce-scatter with one of the usual slips, to recognise the learner's mistake."""
     n = len(arrays)
     bufs = [a.copy() for a in arrays]
@@ -69,10 +69,23 @@ def _rs_variant(arrays: list[np.ndarray], simultaneous: bool, direction: int,
         sends = [(r, (r + direction) % n, (r - 1 - t) % n) for r in range(n)]
         payload = {r: bufs[r][slice(*bounds[c])].copy() for r, _, c in sends}
         for r, dst, c in sends:
-            data = payload[r] if simultaneous else bufs[r][slice(*bounds[c])].copy()
-            bufs[dst][slice(*bounds[c])] += data
+            bufs[dst][slice(*bounds[c])] += payload[r]
         out.append([b.copy() for b in bufs] if copies else bufs)
     return [[b.copy() for b in step] for step in out]
+
+
+def _rs_shifted(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Rank r sends chunk (r - t) instead of (r - 1 - t): an off-by-one in the schedule."""
+    n = len(arrays)
+    bufs = [a.copy() for a in arrays]
+    bounds = chunk_bounds(len(arrays[0]), n)
+    out = []
+    for t in range(n - 1):
+        payload = [bufs[r][slice(*bounds[(r - t) % n])].copy() for r in range(n)]
+        for r in range(n):
+            bufs[(r + 1) % n][slice(*bounds[(r - t) % n])] += payload[r]
+        out.append([b.copy() for b in bufs])
+    return out
 
 
 @exercise("2.2", function="reduce_scatter_steps", title="Reduce-scatter on simulated ranks",
@@ -83,12 +96,12 @@ def _reduce_scatter_cases(rng: random.Random) -> Iterator[Case]:
         steps = ring_all_reduce_steps(arrays)[1:n]
         expected = [[b.copy() for b in s.buffers] for s in steps]
         mistakes = {
-            "the sends of a step must all use the values from before the step (copy what "
-            "each rank sends first, then add)": _rs_variant(arrays, False, 1, True),
             "each rank sends to its right neighbour, rank (r + 1) % N":
-                _rs_variant(arrays, True, -1, True),
+                _rs_variant(arrays, -1, True),
             "every step in your list shows the final state: append copies of the arrays, "
-            "not the arrays themselves": _rs_variant(arrays, True, 1, False),
+            "not the arrays themselves": _rs_variant(arrays, 1, False),
+            "at step t rank r sends chunk (r - 1 - t) % N; your chunks look shifted":
+                _rs_shifted(arrays),
         }
         label = f"world_size={n}, length={length}, arrays={[a.tolist() for a in arrays]}"
         yield Case(label, args=([a.copy() for a in arrays],), expected=expected,
@@ -194,8 +207,8 @@ def _verdict(fn: Callable[..., Any], *, sizes: list[int], seed: int, cache: dict
 @exercise("2.3", function="ring_all_reduce", title="A ring all-reduce over send/recv",
           points=3)
 def _ring_cases(rng: random.Random) -> Iterator[Case]:
-    sizes = [*_SIZES_FIXED, rng.randint(3, 40), rng.randint(1000, 5000),
-             RING_RANKS * rng.randint(100, 400)]
+    sizes = [rng.randint(3, 40), rng.randint(1000, 5000), RING_RANKS * rng.randint(100, 400),
+             *_SIZES_FIXED]
     seed = rng.randint(0, 10**6)
     cache: dict[str, Any] = {}
     for index, n_elements in enumerate(sizes):

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from dpsim.grading.core import Case, exercise
-from dpsim.strategies.ddp import MiB, GradTensor, build_buckets
+from dpsim.strategies.ddp import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------
 
@@ -137,9 +137,13 @@ def _close(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
 
 def _combine(ranks: list[dict[str, dict[str, list[float]]]], scale: float
              ) -> dict[str, list[float]]:
-    names = ranks[0]["local"].keys()
-    return {k: (sum(torch.tensor(r["local"][k], dtype=torch.float64) for r in ranks)
-                * scale).tolist() for k in names}
+    out = {}
+    for k in ranks[0]["local"]:
+        total = torch.zeros(len(ranks[0]["local"][k]), dtype=torch.float64)
+        for r in ranks:
+            total += torch.tensor(r["local"][k], dtype=torch.float64)
+        out[k] = (total * scale).tolist()
+    return out
 
 
 def classify(ranks: list[dict[str, dict[str, list[float]]]]) -> str:
@@ -220,12 +224,16 @@ def _run_average(fn: Callable[..., Any], cache: dict[str, Any]) -> list[str]:
           points=2)
 def _average_cases(rng: random.Random) -> Iterator[Case]:
     cache: dict[str, Any] = {}
+
+    def runner(index: int) -> Callable[[Callable[..., Any]], Any]:
+        return lambda fn: _run_average(fn, cache)[index]
+
     for index, (hidden, _, frozen) in enumerate(_SPECS):
         label = (f"2 gloo ranks, Linear(6, {hidden}) -> ReLU -> Linear({hidden}, 3)"
                  + (", first Linear frozen (its p.grad is None)" if frozen else "")
                  + ", each rank its own batch of 4")
         yield Case(label, expected=AVERAGE,
-                   call=lambda fn, i=index: _run_average(fn, cache)[i],
+                   call=runner(index),
                    mistakes={
                        "you summed but did not divide by world_size":
                            "the sum of the ranks' gradients",
@@ -273,7 +281,8 @@ def _walk(sizes: list[int], caps: tuple[int, int], before: bool = False) -> list
 def _bucket_cases(rng: random.Random) -> Iterator[Case]:
     for index in range(4):
         widths = [rng.randint(20, 300) for _ in range(rng.randint(3, 6))]
-        module = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(widths, widths[1:])])
+        module = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:],
+                                                                 strict=True)])
         sizes = [p.numel() * 4 for p in module.parameters()]
         total = sum(sizes)
         cap = round(rng.uniform(0.15, 0.4) * total / MiB, 3)

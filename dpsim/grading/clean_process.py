@@ -92,8 +92,13 @@ def serve() -> None:
     import dill  # noqa: F401  (imported once here, inherited by every child)
 
     all_exercises()
+    warm: set[str] = set()
     for line in sys.stdin:
         request = json.loads(line)
+        for exercise_id in set(request["plan"]) - warm:  # lazy torch imports happen here,
+            warm.add(exercise_id)                        # not in the timed child
+            with contextlib.suppress(Exception):
+                get_exercise(exercise_id).cases()
         pid = os.fork()
         if pid == 0:
             try:

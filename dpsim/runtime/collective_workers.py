@@ -85,6 +85,38 @@ def show_collective(rank: int, world_size: int, collective: str,
     return {"rank": rank, "collective": collective, "before": before, "after": after}
 
 
+def show_collectives(rank: int, world_size: int,
+                     collectives: Sequence[str] = SHOWN_COLLECTIVES,
+                     n_elements: int = 2) -> list[dict[str, Any]]:
+    """`show_collective` for several collectives in one launch (launches cost seconds)."""
+    return [show_collective(rank, world_size, c, n_elements) for c in collectives]
+
+
+def format_before_after(per_rank: list[dict[str, Any]]) -> str:
+    """A text table of one collective: every rank's tensor before and after."""
+    def fmt(value: Any) -> str:
+        if value is None:
+            return "-"
+        if value and isinstance(value[0], list):
+            return " | ".join(fmt(v) for v in value)
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+
+    lines = [f"{per_rank[0]['collective']} (root: rank 0)"]
+    width = max(len(fmt(r["before"])) for r in per_rank)
+    for r in per_rank:
+        lines.append(f"  rank {r['rank']}: {fmt(r['before']):<{width}}  ->  {fmt(r['after'])}")
+    return "\n".join(lines)
+
+
+def ring_vs_all_reduce(rank: int, world_size: int, check_sizes: Sequence[int],
+                       time_sizes_bytes: Sequence[int], repeats: int = 2) -> dict[str, Any]:
+    """`check_ring_all_reduce` for each of `check_sizes` (elements), then `time_all_reduce`."""
+    errors = {n: check_ring_all_reduce(rank, world_size, n, seed=n)["max_abs_error"]
+              for n in check_sizes}
+    times = time_all_reduce(rank, world_size, time_sizes_bytes, repeats)
+    return {"rank": rank, "max_abs_error": errors, "seconds": times}
+
+
 def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20) -> torch.Tensor:
     """Sum `tensor` over all ranks in place with a chunked ring; return it.
 

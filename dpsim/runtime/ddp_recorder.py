@@ -29,7 +29,7 @@ from torch import nn
 from dpsim.hardware import Cluster, Device, Link
 from dpsim.runtime.ddp_train import DDPRunConfig, build_dataset, build_model
 from dpsim.runtime.optimizers import build_optimizer
-from dpsim.strategies.ddp import DDPConfig, MiB, grad_tensors, simulate
+from dpsim.strategies.ddp import Bucket, DDPConfig, MiB, build_buckets, grad_tensors, simulate
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_int
 from dpsim.workload import Workload
@@ -262,6 +262,19 @@ class DDPRecording:
                 trace.events.extend(r.steps[index])
         return trace
 
+    def _model_and_batch(self) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+        model = build_model(self.config)
+        x, y = (t[: self.config.batch_size] for t in build_dataset(self.config).tensors)
+        return model, x, y
+
+    def predicted_buckets(self) -> list[Bucket]:
+        """DDP's bucket rule applied to this model: its parameter sizes, in the order one
+        local backward makes their gradients ready, with the caps the real DDP used."""
+        model, x, y = self._model_and_batch()
+        cap, first = self.ranks[0].caps_mb
+        tensors = grad_tensors(Workload("model", ()), names=param_nbytes(model))
+        return build_buckets(tensors, cap, first, gradient_ready_order(model, x, y))
+
     def predict(self, device: Device | None = None, link: Link | None = None) -> Trace:
         """Simulate this run's step with its real buckets, calibrated (or given) hardware."""
         device = device or self.ranks[0].device
@@ -269,8 +282,7 @@ class DDPRecording:
         if device is None or link is None:
             raise ValueError("device=None or link=None and the run was not calibrated; "
                              "record with calibrate=True or pass a Device and a Link")
-        model = build_model(self.config)
-        x, y = (t[: self.config.batch_size] for t in build_dataset(self.config).tensors)
+        model, x, y = self._model_and_batch()
         workload = Workload.from_module(model, x)
         cap, first = self.ranks[0].caps_mb
         cfg = DDPConfig(batch_size=self.config.batch_size, bucket_cap_mb=cap,

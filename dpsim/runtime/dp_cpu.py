@@ -357,18 +357,22 @@ def cuda_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor,
     try:
         inputs, kwargs = dp.scatter((x,), {}, dp.device_ids)
         used = list(range(len(inputs)))
-        timer.phase("scatter", used, "DataParallel.scatter")
+        timer.phase("scatter", used, "DataParallel.scatter",
+                    [0] + [_nbytes(i[0]) for i in inputs[1:]])
         if len(ids) == 1:
             out = dp.module(*inputs[0], **kwargs[0])
             timer.phase("forward", used, "module called directly (one device)")
         else:
             replicas = dp.replicate(dp.module, dp.device_ids[:len(inputs)])
-            timer.phase("replicate", used, "DataParallel.replicate")
+            pbytes = sum(_nbytes(p) for p in module.parameters())
+            timer.phase("replicate", used, "DataParallel.replicate",
+                        [0] + [pbytes] * (len(used) - 1))
             outputs = dp.parallel_apply(replicas, inputs, kwargs)
             timer.phase("forward", [], "")
             _forward_events(timer.trace, ids, used, timer.starts, marks)
             out = dp.gather(outputs, dp.output_device)
-            timer.phase("gather", used, "DataParallel.gather")
+            timer.phase("gather", used, "DataParallel.gather",
+                        [0] + [_nbytes(o) for o in outputs[1:]])
         loss = loss_fn(out, y.to(out.device))
         timer.phase("loss", [0], "loss on device 0")
         loss.backward()
@@ -406,14 +410,16 @@ class _CudaPhases:
         for pos, d in enumerate(ids):
             self.trace.sample(pos, 0.0, "allocated", torch.cuda.memory_allocated(d))
 
-    def phase(self, kind: str, devices: list[int], label: str) -> None:
+    def phase(self, kind: str, devices: list[int], label: str,
+              nbytes: list[int] | None = None) -> None:
         for d in self.ids:
             torch.cuda.synchronize(d)
         t = self.clock.now()
         stream = "compute" if kind in self.COMPUTE else "comm"
         for pos, d in enumerate(self.ids):
             if pos in devices:
-                self.trace.add(Event(pos, stream, kind, self.last, t, label=label))
+                moved = nbytes[pos] if nbytes and pos < len(nbytes) else 0
+                self.trace.add(Event(pos, stream, kind, self.last, t, moved, label))
             self.trace.sample(pos, t, "allocated", torch.cuda.memory_allocated(d))
         self.last = t
 

@@ -257,6 +257,8 @@ def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), st
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
+            if last and record:
+                dist.barrier()  # the recorded step starts together on every rank
             prof = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                     if last and record else None)
             if prof is not None:

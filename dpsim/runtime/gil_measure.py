@@ -157,6 +157,7 @@ def _thread_run(work: _Work, repeats: int, k: int) -> list[tuple[float, float, l
 
     def worker(i: int) -> None:
         log: list[Any] = []
+        work()  # first use in a new thread (autograd, allocator) is not timed
         barrier.wait()
         t0 = time.perf_counter()
         for _ in range(repeats):

@@ -3,8 +3,9 @@
 `ddp_facts_rank` runs on every rank of a real process group (gloo on CPU) and records
 what DDP does: the initial parameters after wrapping (different seeds per rank), the
 gradients right after backward against every rank's local gradient, the all-reduce calls
-per backward (the second: DDP rebuilds its buckets after the first) and when they start, the parameters after each rank's own optimizer step,
-how many samples each rank's DataLoader gives, and no_sync (from `ddp_options`).
+per backward (the second: DDP rebuilds its buckets after the first) and when they start,
+the parameters after each rank's own optimizer step, how many samples each rank's
+DataLoader gives, and no_sync (from `ddp_options`).
 `torch_source_facts` reads torch's DataParallel and DDP sources (what they import and
 call). Everything here is measured or read on this machine; nothing is simulated.
 """
@@ -52,7 +53,7 @@ def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> dict[
 
     def hook(state: object, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
         calls.append((time.perf_counter(), int(bucket.buffer().numel())))
-        return allreduce_hook(state, bucket)
+        return allreduce_hook(state, bucket)  # type: ignore[arg-type]  # None: world
 
     ddp.register_comm_hook(None, hook)
     first_layer_grad_s: list[float] = []

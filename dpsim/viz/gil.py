@@ -51,7 +51,10 @@ def gil_timeline(trace: Trace, title: str = "Who holds the GIL", unit: str = "ms
     fig.update_layout(barmode="overlay", height=140 + 45 * len(threads))
     fig.update_yaxes(categoryorder="array", categoryarray=[f"thread {t}" for t in
                                                            reversed(threads)])
-    return finish(fig, f"{title} ({trace.source}{sub})", xaxis_title=unit)
+    finish(fig, f"{title} ({trace.source}{sub})", xaxis_title=unit)
+    fig.update_layout(legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0,
+                              "xanchor": "right"}, margin={"t": 80})
+    return fig
 
 
 def speedup_chart(series: Mapping[str, tuple[Sequence[int], Sequence[float]]],

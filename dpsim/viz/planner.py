@@ -135,3 +135,14 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
     for name in ("yaxis", "yaxis2"):
         layout[name]["range"] = [0, 1.05]
     return go.Figure(data=data, layout=layout)
+
+
+def summary_figure(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
+    """The strategies side by side (rows from planner.summary_table) as a table."""
+    keys = list(rows[0])
+    cols = [[r[k] for r in rows] for k in keys]
+    fill = [["#FCBBA1" if r.get("fits") is False else "white" for r in rows]] * len(keys)
+    return go.Figure(go.Table(header={"values": keys, "align": "left", "fill_color": "#EEEEEE"},
+                              cells={"values": cols, "align": "left", "fill_color": fill}),
+                     layout={"title": {"text": title}, "height": 140 + 60 * len(rows),
+                             "margin": {"l": 10, "r": 10, "t": 50, "b": 10}})

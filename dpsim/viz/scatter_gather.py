@@ -70,28 +70,49 @@ def phase_steps(trace: Trace) -> list[PhaseStep]:
     return steps
 
 
+def _positions(devices: list[int]) -> dict[int, tuple[float, float]]:
+    """Device 0 on the left (the hub), the others in a column on the right."""
+    others = [d for d in devices if d != 0]
+    mid = (len(others) - 1) / 2 if others else 0.0
+    pos = {0: (0.0, mid)}
+    for i, d in enumerate(others):
+        pos[d] = (1.0, float(len(others) - 1 - i))
+    return pos
+
+
 def _annotations(step: PhaseStep, devices: list[int]) -> list[dict[str, object]]:
+    pos = _positions(devices)
     notes: list[dict[str, object]] = []
     for src, dst, nbytes in step.arrows:
-        notes.append({"x": dst, "y": 1.0, "ax": src, "ay": 1.0, "xref": "x", "yref": "y",
+        (x0, y0), (x1, y1) = pos[src], pos[dst]
+        notes.append({"x": x1, "y": y1, "ax": x0, "ay": y0, "xref": "x", "yref": "y",
                       "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3,
                       "arrowwidth": 2, "arrowcolor": "#E45756", "text": "",
-                      "standoff": 18, "startstandoff": 18})
-        notes.append({"x": (src + dst) / 2, "y": 1.25 + 0.12 * (abs(dst - src) % 3),
-                      "xref": "x", "yref": "y", "showarrow": False,
-                      "text": human_bytes(nbytes), "font": {"size": 10, "color": "#E45756"}})
-    notes.append({"x": 0.5, "y": 1.08, "xref": "paper", "yref": "paper", "showarrow": False,
-                  "text": f"<b>{step.name}</b>: {CAPTIONS.get(step.name, '')}"})
+                      "standoff": 16, "startstandoff": 16})
+        notes.append({"x": x0 + 0.55 * (x1 - x0), "y": y0 + 0.55 * (y1 - y0),
+                      "xref": "x", "yref": "y", "showarrow": False, "yshift": 9,
+                      "text": human_bytes(nbytes), "bgcolor": "rgba(255,255,255,0.8)",
+                      "font": {"size": 10, "color": "#E45756"}})
+    notes.append({"x": 0.0, "y": 1.0, "xref": "paper", "yref": "paper", "showarrow": False,
+                  "xanchor": "left", "yanchor": "bottom", "align": "left",
+                  "text": f"<b>{step.name}</b> ({_seconds(step.end_s - step.start_s)}): "
+                          f"{CAPTIONS.get(step.name, '')}"})
     return notes
+
+
+def _seconds(t: float) -> str:
+    if t >= 1.0:
+        return f"{t:.3g} s"
+    return f"{t * 1e3:.3g} ms" if t >= 1e-3 else f"{t * 1e6:.3g} µs"
 
 
 def _device_text(step: PhaseStep, devices: list[int]) -> list[str]:
     out = []
     for d in devices:
         busy = step.busy_s.get(d)
-        line = f"dev {d}" + (f"<br>{busy * 1e3:.3g} ms" if busy else "<br>idle")
+        line = f"<b>device {d}</b> " + (_seconds(busy) if busy else "idle")
         if step.moved.get(d):
-            line += f"<br>{human_bytes(step.moved[d])}"
+            line += f", {human_bytes(step.moved[d])}"
         out.append(line)
     return out
 
@@ -106,44 +127,51 @@ def scatter_gather(trace: Trace, unit: str = "MiB",
     devices = trace.devices
     cats = categories(trace)
     scale = UNITS[unit]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.45, 0.55], vertical_spacing=0.12)
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.55, 0.45], vertical_spacing=0.1)
+
+    pos = _positions(devices)
+    xs, ys = [pos[d][0] for d in devices], [pos[d][1] for d in devices]
 
     def traces_for(step: PhaseStep) -> list[go.BaseTraceType]:
-        active = [step.busy_s.get(d, 0.0) > 0 for d in devices]
+        ends = {d for a in step.arrows for d in a[:2]}
+        active = [step.busy_s.get(d, 0.0) > 0 or d in ends for d in devices]
         data: list[go.BaseTraceType] = [go.Scatter(
-            x=devices, y=[1.0] * len(devices), mode="markers+text",
-            text=_device_text(step, devices), textposition="bottom center",
-            marker={"symbol": "square", "size": 44, "line": {"width": 2, "color": "#333"},
+            x=xs, y=ys, mode="markers+text", text=_device_text(step, devices),
+            textposition=["middle left" if d == 0 else "middle right" for d in devices],
+            marker={"symbol": "square", "size": 26, "line": {"width": 2, "color": "#333"},
                     "color": ["#F58518" if a else "#DDDDDD" for a in active]},
             showlegend=False, hoverinfo="skip")]
         for cat in cats:
-            data.append(go.Bar(x=devices, y=[step.memory[d].get(cat, 0) / scale
-                                             for d in devices],
+            data.append(go.Bar(x=[f"device {d}" for d in devices],
+                               y=[step.memory[d].get(cat, 0) / scale for d in devices],
                                name=cat, marker_color=category_color(cat), legendgroup=cat))
         return data
 
     for tr in traces_for(steps[0]):
         fig.add_trace(tr, row=1 if isinstance(tr, go.Scatter) else 2, col=1)
-    frames = [go.Frame(name=s.name, data=traces_for(s),
-                       layout=go.Layout(annotations=_annotations(s, devices)))
-              for s in steps]
-    fig.frames = frames
+    fig.frames = [go.Frame(name=s.name, data=traces_for(s),
+                           layout=go.Layout(annotations=_annotations(s, devices)))
+                  for s in steps]
+    n_right = max(len(devices) - 1, 1)
     fig.update_layout(
-        annotations=_annotations(steps[0], devices), barmode="stack", height=620,
-        sliders=[{"active": 0, "currentvalue": {"prefix": "phase: "}, "pad": {"t": 40},
+        annotations=_annotations(steps[0], devices), barmode="stack",
+        height=460 + 28 * n_right,
+        sliders=[{"active": 0, "currentvalue": {"prefix": "phase: "}, "pad": {"t": 30},
+                  "x": 0.08, "len": 0.92,
                   "steps": [{"label": s.name, "method": "animate",
                              "args": [[s.name], {"mode": "immediate", "frame": {
                                  "duration": 0, "redraw": True}, "transition": {
                                  "duration": 0}}]} for s in steps]}],
-        updatemenus=[{"type": "buttons", "showactive": False, "x": 0.0, "y": -0.05,
+        updatemenus=[{"type": "buttons", "showactive": False, "x": 0.0, "y": 0.0,
+                      "xanchor": "left", "yanchor": "top", "pad": {"t": 55},
                       "buttons": [{"label": "Play", "method": "animate",
                                    "args": [None, {"frame": {"duration": 900,
                                                              "redraw": True},
                                                    "fromcurrent": True}]}]}])
-    pad = 0.6
-    fig.update_xaxes(range=[-pad, len(devices) - 1 + pad], tickvals=devices,
-                     ticktext=[f"device {d}" for d in devices], row=1, col=1)
-    fig.update_yaxes(range=[0.4, 1.6], visible=False, row=1, col=1)
-    fig.update_xaxes(tickvals=devices, ticktext=[f"device {d}" for d in devices], row=2, col=1)
-    fig.update_yaxes(title_text=f"{unit} held at the end of the phase", row=2, col=1)
-    return finish(fig, f"{title} ({trace.source})")
+    fig.update_xaxes(range=[-0.9, 1.9], visible=False, row=1, col=1)
+    fig.update_yaxes(range=[-0.7, n_right - 0.3], visible=False, row=1, col=1)
+    fig.update_yaxes(title_text=f"{unit} held", row=2, col=1)
+    finish(fig, f"{title} ({trace.source})")
+    fig.update_layout(margin={"t": 90}, legend={"orientation": "v", "x": 1.02, "y": 0.45})
+    return fig
+

@@ -8,9 +8,11 @@ problem is collected as a sentence that says where (notebook, cell, first line).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +27,7 @@ SLIDER_EFFECT_S = 30.0  # slider moved -> figure redrawn
 ANIMATION_S = 60.0  # play clicked -> last frame shown
 SLOW_FIRST_OUTPUT_S = 20.0  # a learner waits this long for the first output: say so
 MAX_CELL_SHOTS = 10
+TALL_VIEWPORT_PX = 2400  # window height while shooting single cells
 # Browser console noise that says nothing about the notebook.
 BENIGN_CONSOLE = ("ResizeObserver loop", "favicon", "Failed to load resource", "[Violation]")
 # Console errors from the renderers a learner relies on are failures, not notes.
@@ -134,22 +137,25 @@ def open_notebook(nb: NotebookSession) -> str | None:
 
 def run_all(nb: NotebookSession, result: NotebookResult, time_limit_s: float) -> bool:
     """Run > Run All Cells, then wait for the kernel to go idle with no cell queued."""
-    nb.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    nb.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    nb.page.locator(".lm-MenuBar-itemLabel").filter(has_text=re.compile(r"^Run$")).click()
+    nb.page.locator(".lm-Menu-itemLabel").filter(has_text=re.compile(r"^Run All Cells$")).click()
     t0 = time.monotonic()
-    started = False
+    queued: set[int] = set()  # cells seen waiting or running ([*])
     cells: list[dict[str, Any]] = []
     while time.monotonic() - t0 < time_limit_s:
         cells = nb.probe("cells") or []
         prompts = [c["prompt"] for c in cells if c["code"]]
-        started = started or any(p != "[ ]:" for p in prompts)
-        if result.first_output_s is None and any(c["outputs"] for c in cells):
+        queued |= {c["index"] for c in cells if c["prompt"] == "[*]:"}
+        if result.first_output_s is None and any(
+            c["index"] in queued and c["prompt"] != "[*]:" and c["outputs"] for c in cells
+        ):
             result.first_output_s = time.monotonic() - t0
         dialog = nb.probe("dialogText")
         if dialog:
             result.failures.append(f"{nb.notebook.name}: a dialog opened while running: {dialog}")
             return False
         status = nb.probe("kernelStatus") or ""
+        started = bool(queued) or time.monotonic() - t0 > 3.0
         if started and status.endswith("| Idle") and "[*]:" not in prompts:
             result.run_s = time.monotonic() - t0
             return True
@@ -204,6 +210,10 @@ def inspect_outputs(
                 result.failures.append(f"{what} was never drawn by plotly.js")
             elif p["n_drawn"] == 0:
                 result.failures.append(f"{what} is drawn but shows no trace, shape or annotation")
+            elif p["overlaps"]:
+                result.failures.append(
+                    f"{what}: text drawn on text: " + "; ".join(p["overlaps"][:4])
+                )
             elif p["width_px"] < 50 or p["height_px"] < 50:
                 result.failures.append(
                     f"{what} is {p['width_px']}x{p['height_px']} px: too small to see"
@@ -256,12 +266,27 @@ def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResu
         SLIDER_EFFECT_S,
     )
     if changed:
+        _wait_stable(nb, i)  # a drag sends several values: let the last one draw
         result.checks.append(f"{nb.where(cell)}: {moved} changed the figure")
     else:
         result.failures.append(
             f"{nb.where(cell)}: moved {moved}, but the figure did not change "
             f"within {SLIDER_EFFECT_S:.0f} s"
         )
+
+
+def _wait_stable(nb: NotebookSession, index: int, quiet_s: float = 1.5) -> None:
+    """Wait (bounded) until the kernel is idle and a cell's fingerprint stops changing."""
+    deadline = time.monotonic() + SLIDER_EFFECT_S
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        fp = nb.probe("figureFingerprint", index)
+        idle = (nb.probe("kernelStatus") or "").endswith("| Idle")
+        if fp != last or not idle:
+            last, since = fp, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.25)
 
 
 def check_plotly_animation(
@@ -290,6 +315,14 @@ def check_plotly_animation(
 
     if _poll(at_end, ANIMATION_S):
         result.checks.append(f"{what}: '{label}' played to the last frame {info['last_frame']!r}")
+        stale = (nb.probe("plotlyAnimation", i, p) or {}).get("stale_annotations") or []
+        if stale:
+            result.failures.append(
+                f"{what}: at the last frame it still shows {len(stale)} annotation(s) of "
+                f"earlier frames: {stale[:4]}. plotly merges frame annotations by index, so "
+                "give every frame the same number of annotations (pad with "
+                "{'visible': False})"
+            )
     else:
         now = nb.probe("plotlyAnimation", i, p)
         result.failures.append(
@@ -333,25 +366,31 @@ def check_play_widget(nb: NotebookSession, cell: dict[str, Any], result: Noteboo
 def screenshots(
     nb: NotebookSession, cells: list[dict[str, Any]], shots_dir: Path, result: NotebookResult
 ) -> None:
-    """A viewport shot at the first figure, and one shot per figure or widget cell."""
+    """A window shot at the first dashboard or figure, then one shot per such cell."""
     stem = nb.notebook.stem
-    # dashboards (widgets) first, then figures, each in notebook order
+    # dashboards (widgets and figures) first, then the other figures and widgets
     visual = [c for c in cells if c["n_widgets"] and c["plots"]]
     visual += [c for c in cells if (c["plots"] or c["n_widgets"]) and c not in visual]
-    for n, c in enumerate(visual[:MAX_CELL_SHOTS]):
-        path = shots_dir / f"{stem}--cell{c['index']:02d}.png"
-        area = nb.cell(c["index"]).locator(".jp-Cell-outputArea").first
-        try:
-            area.scroll_into_view_if_needed(timeout=5000)
-            area.screenshot(path=str(path), timeout=15000)
-            result.screenshots.append(path)
-        except Exception as exc:  # a screenshot is evidence, not a check
-            result.notes.append(f"no screenshot of cell {c['index']} (#{n}): {exc}")
     if visual:
         nb.cell(visual[0]["index"]).scroll_into_view_if_needed(timeout=5000)
     path = shots_dir / f"{stem}.png"
     nb.page.screenshot(path=str(path))
-    result.screenshots.insert(0, path)
+    result.screenshots.append(path)
+    # a tall window, so that a tall output fits on screen whole (JupyterLab scrolls inside)
+    viewport = nb.page.viewport_size or {"width": 1280, "height": 860}
+    nb.page.set_viewport_size({"width": viewport["width"], "height": TALL_VIEWPORT_PX})
+    try:
+        for c in visual[:MAX_CELL_SHOTS]:
+            path = shots_dir / f"{stem}--cell{c['index']:02d}.png"
+            area = nb.cell(c["index"]).locator(".jp-Cell-outputArea").first
+            try:
+                area.scroll_into_view_if_needed(timeout=5000)
+                area.screenshot(path=str(path), timeout=15000)
+                result.screenshots.append(path)
+            except Exception as exc:  # a screenshot is evidence, not a check
+                result.notes.append(f"no screenshot of cell {c['index']}: {exc}")
+    finally:
+        nb.page.set_viewport_size(viewport)
 
 
 def check_notebook(
@@ -406,13 +445,22 @@ def check_notebook(
 def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:
     """Play every animation; move one slider in every dashboard (sliders and a figure)."""
     for c in cells:
-        for p, info in enumerate(c["plots"]):
-            if info["n_frames"] > 1:
-                check_plotly_animation(nb, c, p, result)
+        checks: list[Callable[[], None]] = [
+            partial(check_plotly_animation, nb, c, p, result)
+            for p, info in enumerate(c["plots"])
+            if info["n_frames"] > 1
+        ]
         if c["n_play"]:
-            check_play_widget(nb, c, result)
+            checks.append(partial(check_play_widget, nb, c, result))
         elif c["n_sliders"] and (c["plots"] or c["dashboard"]):
-            check_slider(nb, c, result)
+            checks.append(partial(check_slider, nb, c, result))
+        for check in checks:
+            try:
+                check()
+            except Exception as exc:  # e.g. a button that never became clickable
+                result.failures.append(
+                    f"{nb.where(c)}: could not use it: {type(exc).__name__}: {exc}"[:800]
+                )
 
 
 class _PhaseClock:

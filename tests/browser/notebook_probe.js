@@ -27,6 +27,50 @@
     return nb ? Array.from(nb.querySelectorAll(".jp-Cell")).filter((c) => c.closest(".jp-Notebook") === nb) : [];
   }
 
+  // Text drawn on text: parts of a plotly figure whose boxes overlap (legend on the axis
+  // title or the slider, an annotation over the title...). Returns sentences.
+  const PARTS = {
+    title: (gd) => gd.querySelectorAll(".infolayer .gtitle"),
+    "axis title": (gd) =>
+      Array.from(gd.querySelectorAll(".infolayer text")).filter((t) => /^[xy]\d*title$/.test(t.getAttribute("class") || "")),
+    "legend item": (gd) => gd.querySelectorAll(".legend .traces"),
+    slider: (gd) => gd.querySelectorAll(".slider-container"),
+    button: (gd) => gd.querySelectorAll(".updatemenu-button"),
+    annotation: (gd) => gd.querySelectorAll(".annotation-text-g"),
+  };
+  const CLASHES = [
+    ["legend item", "axis title"], ["legend item", "slider"], ["legend item", "button"],
+    ["legend item", "title"], ["legend item", "annotation"], ["title", "annotation"],
+    ["title", "button"], ["axis title", "slider"], ["axis title", "button"],
+  ];
+  const MIN_OVERLAP_PX2 = 30;
+
+  function label(el) {
+    return head((el.textContent || "").replace(/\s+/g, " "), 40);
+  }
+
+  function overlaps(gd) {
+    const boxes = {};
+    for (const [name, find] of Object.entries(PARTS)) {
+      boxes[name] = Array.from(find(gd))
+        .map((el) => ({ el, r: el.getBoundingClientRect() }))
+        .filter((b) => b.r.width > 0 && b.r.height > 0 && getComputedStyle(b.el).visibility !== "hidden");
+    }
+    const found = [];
+    for (const [a, b] of CLASHES) {
+      for (const x of boxes[a]) {
+        for (const y of boxes[b]) {
+          const w = Math.min(x.r.right, y.r.right) - Math.max(x.r.left, y.r.left);
+          const h = Math.min(x.r.bottom, y.r.bottom) - Math.max(x.r.top, y.r.top);
+          if (w > 0 && h > 0 && w * h >= MIN_OVERLAP_PX2) {
+            found.push(`${a} '${label(x.el)}' overlaps ${b} '${label(y.el)}'`);
+          }
+        }
+      }
+    }
+    return found;
+  }
+
   function plotInfo(gd) {
     const box = gd.getBoundingClientRect();
     const frames = gd._transitionData && gd._transitionData._frames ? gd._transitionData._frames : [];
@@ -42,6 +86,7 @@
       n_frames: frames.length,
       n_updatemenus: (layout.updatemenus || []).length,
       n_sliders: (layout.sliders || []).length,
+      overlaps: gd._fullLayout ? overlaps(gd) : [],
     };
   }
 
@@ -57,6 +102,7 @@
     else if (mime) kind = mime;
     const problem =
       /Error displaying widget|Loading widget\.\.\.|model not found|Failed to load model class/.test(text) ? "widget did not render: " + head(text, 160)
+      : /No renderer could be found for output/.test(text) ? "JupyterLab has no renderer for this output (a missing extension?): " + head(text, 160)
       : kind === "text" && /^Figure\(\{/.test(text.trim()) ? "plotly figure shown as text (no plotly renderer in JupyterLab)"
       : kind === "text" && WIDGET_REPR.test(text.trim()) ? "widget shown as text (widget manager missing): " + head(text, 100)
       : el.classList.contains("jp-RenderedPlotly") && !el._fullLayout ? "a plotly figure that plotly.js never drew"
@@ -143,6 +189,10 @@
 
   // Plotly animations: the index of the "play" button (method animate, all frames), and
   // how far the animation got (current frame name, slider position).
+  function layoutOf(gd) {
+    return gd.layout || {};
+  }
+
   function plotlyAnimation(index, p) {
     const c = cellNodes()[index];
     const gd = c ? c.querySelectorAll(".js-plotly-plot")[p] : null;
@@ -158,9 +208,24 @@
       });
     });
     const sliders = ((gd._fullLayout || {}).sliders || []).map((s) => ({ active: s.active, n_steps: (s.steps || []).length }));
+    // plotly merges a frame's layout.annotations into the figure's by index: a frame with
+    // fewer annotations than the one before leaves the extra ones on screen.
+    const last = frames.length ? frames[frames.length - 1] : null;
+    const wanted = last && last.layout && last.layout.annotations;
+    let stale = [];
+    if (wanted) {
+      const texts = (list) => list.filter((a) => a.visible !== false).map((a) => a.text || "");
+      const left = texts(wanted);
+      for (const t of texts(layoutOf(gd).annotations || [])) {
+        const at = left.indexOf(t);
+        if (at >= 0) left.splice(at, 1);
+        else stale.push(head(t.replace(/<[^>]+>/g, ""), 60) || "(an arrow)");
+      }
+    }
     return {
       n_frames: frames.length,
-      last_frame: frames.length ? frames[frames.length - 1].name : null,
+      last_frame: last ? last.name : null,
+      stale_annotations: stale,
       current_frame: gd._fullLayout ? gd._fullLayout._currentFrame : null,
       play,
       sliders,
