@@ -100,7 +100,8 @@ def problems(path: Path) -> list[str]:
             if cell.execution_count is not None and not checked:
                 out.append(f"{where}: has an execution count")
             if checked and not cell.outputs and not in_exercises:
-                out.append(f"{where}: a {CHECK_MARK} cell without its stored output")
+                out.append(f"{where}: a {CHECK_MARK} cell without its stored output, so nbval "
+                           "compares nothing; run `python -m dpsim notebooks refresh` on it")
             if checked and cell.outputs and cell.execution_count is None:
                 out.append(f"{where}: a {CHECK_MARK} cell with outputs but no execution "
                            "count (nbval fails: 'Unrun reference cell has outputs')")

@@ -33,8 +33,10 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x[:10].clone(), y[:10].clone()
 
 
-@pytest.mark.parametrize("n_devices", [1, 2, 3, 4, 16])
-@pytest.mark.parametrize("optimizer", ["adam", "sgd_momentum"])
+@pytest.mark.parametrize(("n_devices", "optimizer"), [
+    (1, "adam"), (2, "sgd_momentum"), (3, "adam"), (4, "adam"), (4, "sgd_momentum"),
+    (16, "adam"),
+])
 def test_reenactment_equals_one_device(batch: tuple[torch.Tensor, torch.Tensor],
                                        n_devices: int, optimizer: str) -> None:
     x, y = batch

@@ -91,3 +91,21 @@ def test_fsdp_on_gpus_measures_cuda_memory() -> None:
     assert run.matches_prediction
     assert all(c is not None and c["peak_allocated"] > 0 for c in run.cuda)
     assert run.max_abs_diff <= 1e-4  # TF32 and cuBLAS sums may differ from the CPU reference
+
+
+def test_cuda_sampler_hooks_fire_in_forward_and_backward() -> None:
+    """The GPU memory sampler's mechanics, on CPU (memory_allocated reads 0 without CUDA)."""
+    from dpsim.runtime.fsdp_record import CudaSampler
+    from dpsim.runtime.fsdp_train import blocks_of
+    from dpsim.trace import Trace
+
+    model = build_model("residual")
+    blocks = blocks_of(model)
+    sampler = CudaSampler(blocks, rank=1)
+    model(torch.randn(4, 13)).sum().backward()
+    trace = sampler.close(Trace("measured"))
+    assert len(trace.memory) == 1 + 3 * len(blocks) + 1  # start, pre/post/grad per block, end
+    assert trace.devices == [1]
+    assert [m.time_s for m in trace.memory] == sorted(m.time_s for m in trace.memory)
+    model(torch.randn(2, 13))  # hooks removed: nothing more is sampled
+    assert len(sampler.samples) == 2 + 3 * len(blocks)

@@ -1,7 +1,8 @@
 """Run the checks on a learner's pickled functions in a process where no learner code ran.
 
-A server process imports torch and every chapter's checks once, then forks one child per
-request (one notebook's functions). The child loads the functions, runs each check under
+A server process imports torch and the checks once (building each exercise's cases once,
+so torch's lazy imports happen there), then forks one child per request (one notebook's
+functions). The child loads the functions, runs each check under
 a time limit and writes one JSON line per exercise; the server kills a child that runs
 past its total limit. Without `os.fork` (Windows), each request gets a fresh process.
 Results go to files, never through the learner's stdout.
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from dpsim.grading.core import all_exercises, get_exercise, run_check
+from dpsim.grading.core import get_exercise, run_check
 
 IMPORT_ALLOWANCE_S = 60.0  # start-up of a process that imports torch and the checks
 _BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
@@ -90,13 +91,14 @@ def _child(request: dict[str, Any]) -> None:
 def serve() -> None:
     """Server loop: one JSON request per stdin line, answered by `done` once checked."""
     import dill  # noqa: F401  (imported once here, inherited by every child)
+    import torch
 
-    all_exercises()
+    torch.set_num_threads(1)  # a thread pool used before fork would hang the children
     warm: set[str] = set()
     for line in sys.stdin:
         request = json.loads(line)
-        for exercise_id in set(request["plan"]) - warm:  # lazy torch imports happen here,
-            warm.add(exercise_id)                        # not in the timed child
+        for exercise_id in sorted(set(request["plan"]) - warm):  # import the checks and
+            warm.add(exercise_id)  # let torch do its lazy imports here, not in the timed child
             with contextlib.suppress(Exception):
                 get_exercise(exercise_id).cases()
         pid = os.fork()
@@ -154,6 +156,8 @@ class CheckServer:
         self._home = tempfile.mkdtemp(prefix="dpsim-checks-")
 
     def __enter__(self) -> CheckServer:
+        if hasattr(os, "fork"):
+            self._start()  # imports torch while the first notebook runs
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -191,18 +195,22 @@ class CheckServer:
         tail = err.read_text(errors="replace")[-2000:] if err.exists() else ""
         return read_results(out), tail
 
-    def _ask(self, request: str) -> None:
+    def _start(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
             os.makedirs(self._home, exist_ok=True)
             self._proc = subprocess.Popen(_command("serve"), stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, text=True, env=_env(),
                                           cwd=self._home)
-        stdin: IO[str] | None = self._proc.stdin
-        assert stdin is not None and self._proc.stdout is not None
+        return self._proc
+
+    def _ask(self, request: str) -> None:
+        proc = self._start()
+        stdin: IO[str] | None = proc.stdin
+        assert stdin is not None and proc.stdout is not None
         try:
             stdin.write(request + "\n")
             stdin.flush()
-            answer = self._proc.stdout.readline()
+            answer = proc.stdout.readline()
         except OSError:
             answer = ""
         if answer.strip() != "done":  # the server died: start a new one next time

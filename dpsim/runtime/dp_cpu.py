@@ -95,12 +95,19 @@ def _saved_bytes(exclude: set[int]) -> tuple[Any, dict[int, int]]:
 
 
 def _run_threads(fns: list[Callable[[], None]]) -> None:
-    """Run one thread per function (parallel_apply); re-raise the first error."""
+    """Run one thread per function (parallel_apply); re-raise the first error.
+
+    Each thread computes with one intra-op thread (the virtual devices share this CPU;
+    left alone, every thread would start its own team of MKL/OpenMP threads); this
+    process's setting is restored afterwards.
+    """
     errors: list[BaseException] = []
+    before = torch.get_num_threads()
 
     def wrap(fn: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
             try:
+                torch.set_num_threads(1)
                 fn()
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                 errors.append(exc)
@@ -112,6 +119,7 @@ def _run_threads(fns: list[Callable[[], None]]) -> None:
         th.start()
     for th in threads:
         th.join()
+    torch.set_num_threads(before)
     if errors:
         raise errors[0]
 

@@ -11,11 +11,7 @@ torch.cuda memory statistics are sampled through the last step.
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +20,7 @@ from torch import nn
 
 from dpsim.memory import MemoryBreakdown, fsdp_rank_bytes
 from dpsim.models import mlp
+from dpsim.runtime.fsdp_record import CudaSampler, profile_to_trace, quiet_stderr
 from dpsim.trace import Trace
 from dpsim.validation import require_choice, require_int, require_range
 
@@ -151,81 +148,6 @@ def train_one_process(model_name: str, steps: int, global_batch: int, lr: float,
     return {n: p.detach().clone() for n, p in model.named_parameters()}, losses
 
 
-def _profile_to_trace(prof: Any, rank: int) -> Trace:
-    """FSDP's ranges and the optimizer step from torch.profiler, as a measured Trace."""
-    from dpsim.trace import Event
-
-    spans: list[tuple[str, float, float]] = [
-        (e.name, e.time_range.start * 1e-6, e.time_range.end * 1e-6) for e in prof.events()
-        if e.name.startswith(("FSDP::", "Optimizer.step"))]
-    t0 = min((s for _, s, _ in spans), default=0.0)
-    trace = Trace("measured", meta={"rank": rank})
-    opens: dict[tuple[str, str], float] = {}
-    for name, start, end in sorted(spans, key=lambda s: s[1]):
-        unit = name[name.find("(") + 1:name.rfind(")")] if "(" in name else ""
-        label = unit or "root"
-        if name == "FSDP::all_gather" or name.startswith("FSDP::all_gather ("):
-            trace.add(Event(rank, "comm", "all_gather", start - t0, end - t0, 0, label))
-        elif name.startswith("FSDP::post_backward_reduce"):
-            trace.add(Event(rank, "comm", "reduce_scatter", start - t0, end - t0, 0, label))
-        elif name.startswith("Optimizer.step"):
-            trace.add(Event(rank, "compute", "optimizer", start - t0, end - t0, 0, "adam"))
-        elif name.startswith(("FSDP::pre_forward", "FSDP::pre_backward")):
-            opens[(name.split(" ")[0][len("FSDP::pre_"):], label)] = end
-        elif name.startswith(("FSDP::post_forward", "FSDP::post_backward_accumulate")):
-            kind = "forward" if "forward" in name else "backward"
-            began = opens.pop((kind, label), None)
-            if began is not None and unit and start >= began:
-                trace.add(Event(rank, "compute", kind, began - t0, start - t0, 0, label))
-    return trace
-
-
-@contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silence file descriptor 2 (the profiler's C++ start/stop lines) for a moment."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-class _CudaSampler:
-    """torch.cuda.memory_allocated at every block's forward and backward, as "other" bytes."""
-
-    def __init__(self, model: nn.Module, rank: int) -> None:
-        self.rank = rank
-        self.t0 = time.perf_counter()
-        self.samples: list[tuple[float, int]] = []
-        self.handles = []
-        for block in blocks_of(model):
-            self.handles.append(block.register_forward_pre_hook(lambda *_: self.sample()))
-            self.handles.append(block.register_forward_hook(self.after_forward))
-        self.sample()
-
-    def sample(self) -> None:
-        self.samples.append((time.perf_counter() - self.t0, torch.cuda.memory_allocated()))
-
-    def after_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        self.sample()
-        if isinstance(output, torch.Tensor) and output.requires_grad:
-            output.register_hook(lambda grad: self.sample())
-
-    def close(self, trace: Trace) -> Trace:
-        self.sample()
-        for h in self.handles:
-            h.remove()
-        for time_s, nbytes in self.samples:
-            trace.sample(self.rank, time_s, "other", nbytes)
-        trace.meta["memory_note"] = "torch.cuda.memory_allocated, every category together"
-        return trace
-
-
 def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), steps: int = 3,
               batch_size: int = 4, lr: float = 1e-2, seed: int = 0,
               mesh_size: int | None = None, record: bool = True) -> dict[str, Any]:
@@ -262,17 +184,17 @@ def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), st
             prof = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
                     if last and record else None)
             if prof is not None:
-                with _quiet_stderr():
+                with quiet_stderr():
                     prof.__enter__()
-            sampler = _CudaSampler(model, rank) if last and cuda else None
+            sampler = CudaSampler(blocks_of(model), rank) if last and cuda else None
             opt.zero_grad(set_to_none=True)
             loss = nn.functional.cross_entropy(model(xb), yb)
             loss.backward()
             opt.step()
             if prof is not None:
-                with _quiet_stderr():
+                with quiet_stderr():
                     prof.__exit__(None, None, None)
-                trace = _profile_to_trace(prof, rank)
+                trace = profile_to_trace(prof, rank)
             if sampler is not None:
                 trace = sampler.close(trace or Trace("measured", meta={"rank": rank}))
             losses.append(loss.item())

@@ -157,6 +157,10 @@ def _thread_run(work: _Work, repeats: int, k: int) -> list[tuple[float, float, l
 
     def worker(i: int) -> None:
         log: list[Any] = []
+        if work.name in ("matmul", "rnn"):
+            import torch
+
+            torch.set_num_threads(1)  # per thread: MKL would otherwise use every core here
         work()  # first use in a new thread (autograd, allocator) is not timed
         barrier.wait()
         t0 = time.perf_counter()

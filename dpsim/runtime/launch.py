@@ -27,6 +27,7 @@ import ipaddress
 import linecache
 import os
 import pickle
+import secrets
 import signal
 import socket
 import sys
@@ -320,6 +321,7 @@ class _RankSpec:
     timeout_s: float
     parent_pid: int
     payload: bytes  # dill bytes of (fn, args, kwargs)
+    store_prefix: str = "dpsim/"
     env: dict[str, str] = field(default_factory=dict)
     num_threads: int | None = None
     sources: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # linecache entries
@@ -373,6 +375,9 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
         store = dist.TCPStore(
             spec.store_host, spec.store_port, spec.world_size, is_master=False, timeout=timeout
         )
+        # Keys under a per-launch prefix: a stray client of some other, dead job that still
+        # retries this port number cannot mix its rendezvous keys with ours.
+        store = dist.PrefixStore(spec.store_prefix, store)
         dist.init_process_group(
             spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
             timeout=timeout,
@@ -682,6 +687,7 @@ def launch(
     ctx = multiprocess.get_context("spawn")
     _skip_main_reimport()
     store, store_host, store_port = _start_store(master_addr, world_size, timeout_s)
+    store_prefix = f"dpsim-{secrets.token_hex(8)}/"
     deadline = time.monotonic() + timeout_s
     procs: list[Any] = []
     conns: list[Any] = []
@@ -697,7 +703,7 @@ def launch(
             spec = _RankSpec(
                 rank=rank, world_size=world_size, backend=resolved, store_host=store_host,
                 store_port=store_port, timeout_s=timeout_s, parent_pid=os.getpid(),
-                payload=payload, env=rank_env, num_threads=num_threads, sources=sources,
+                payload=payload, store_prefix=store_prefix, env=rank_env, num_threads=num_threads, sources=sources,
             )
             result_r, result_w = ctx.Pipe(duplex=False)
             dump_r, dump_w = ctx.Pipe(duplex=False)

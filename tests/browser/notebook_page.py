@@ -48,6 +48,7 @@ class NotebookResult:
     n_figures: int = 0
     n_widget_outputs: int = 0
     screenshots: list[Path] = field(default_factory=list)
+    shot_kind: dict[Path, str] = field(default_factory=dict)  # window/dashboard/animation/...
     phase_s: dict[str, float] = field(default_factory=dict)  # seconds per phase of the test
 
     def summary(self) -> str:
@@ -376,6 +377,7 @@ def screenshots(
     path = shots_dir / f"{stem}.png"
     nb.page.screenshot(path=str(path))
     result.screenshots.append(path)
+    result.shot_kind[path] = "window"
     # a tall window, so that a tall output fits on screen whole (JupyterLab scrolls inside)
     viewport = nb.page.viewport_size or {"width": 1280, "height": 860}
     nb.page.set_viewport_size({"width": viewport["width"], "height": TALL_VIEWPORT_PX})
@@ -387,10 +389,20 @@ def screenshots(
                 area.scroll_into_view_if_needed(timeout=5000)
                 area.screenshot(path=str(path), timeout=15000)
                 result.screenshots.append(path)
+                result.shot_kind[path] = _kind(c)
             except Exception as exc:  # a screenshot is evidence, not a check
                 result.notes.append(f"no screenshot of cell {c['index']}: {exc}")
     finally:
         nb.page.set_viewport_size(viewport)
+
+
+def _kind(cell: dict[str, Any]) -> str:
+    """What a cell's output is, for choosing screenshots: animation, dashboard, figure..."""
+    if any(p["n_frames"] > 1 for p in cell["plots"]) or cell["n_play"]:
+        return "animation"
+    if cell["n_sliders"] and (cell["plots"] or cell["dashboard"]):
+        return "dashboard"
+    return "figure" if cell["plots"] else "widget"
 
 
 def check_notebook(

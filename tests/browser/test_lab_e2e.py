@@ -12,9 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_driver import LabServer, notebooks
+from lab_driver import LabServer, copy_for_docs, notebooks
 
 NOTEBOOK_LIMIT_S = float(os.environ.get("DPSIM_BROWSER_NOTEBOOK_LIMIT_S", "180"))
+# The README's "what you will see" pictures: notebook -> (kind of shot, file in docs/screenshots).
+# Refreshed only on request: DPSIM_DOCS_SCREENSHOTS=1 pytest tests/browser
+DOCS_SHOTS = {
+    "01_single_device": ("window", "jupyterlab_memory_explorer.png"),
+    "02_collectives": ("animation", "ring_allreduce.png"),
+    "06_fsdp": ("dashboard", "zero_explorer.png"),
+}
+DOCS_SHOT_MAX_BYTES = 150_000
 _NOTEBOOKS: list[Any] = notebooks() or [
     pytest.param(
         None,
@@ -41,8 +49,20 @@ def test_notebook_in_jupyterlab(
         print("note:", note)
     for check in result.checks:
         print("checked:", check)
+    if os.environ.get("DPSIM_DOCS_SCREENSHOTS") == "1" and notebook.stem in DOCS_SHOTS:
+        _refresh_docs_screenshot(notebook.stem, result.shot_kind)
     assert not result.failures, (
         f"{notebook.name} in JupyterLab ({result.summary()}):\n- "
         + "\n- ".join(result.failures)
         + f"\nscreenshots: {', '.join(str(p) for p in result.screenshots[:3])}"
     )
+
+
+def _refresh_docs_screenshot(stem: str, shot_kind: dict[Path, str]) -> None:
+    """Copy this notebook's first shot of the wanted kind to docs/screenshots/."""
+    kind, name = DOCS_SHOTS[stem]
+    shot = next((p for p, k in shot_kind.items() if k == kind), None)
+    assert shot is not None, f"{stem}: no {kind} screenshot for docs/screenshots/{name}"
+    nbytes = shot.stat().st_size
+    assert nbytes <= DOCS_SHOT_MAX_BYTES, f"{shot} is {nbytes} bytes, over the README's budget"
+    print("docs screenshot:", copy_for_docs(shot, name))

@@ -1,0 +1,87 @@
+"""Planner benchmark: how fast one FSDP step and one dashboard update are simulated.
+
+    .venv/bin/python -m benchmarks.planner
+
+1. One FSDP (ZeRO-3) step of a 96-layer transformer (GPT-3 175B shape) on 1024 devices:
+   `dpsim.planner.plan(..., "fsdp", 1024, ...)` (goal: <= 50 ms).
+2. One dashboard update, simulation + figure (`StrategyExplorer.render`):
+   - "move N": the scaling curve of this setting is already simulated (the usual case);
+   - "new setting": the 1..1024 scaling curve is simulated too (model, batch, strategy changed).
+   (goal: <= 200 ms). Medians over repeats, for several models and strategies.
+
+Writes benchmarks/results/planner.json (every number measured in this one run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "planner.json"
+
+
+def _median_s(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _fresh_render(args: tuple[Any, ...]) -> None:
+    """A dashboard update with nothing simulated before (the scaling curve included)."""
+    from dpsim.widgets.strategy_dashboard import StrategyExplorer
+
+    StrategyExplorer().render(*args)
+
+
+def main() -> None:
+    """Run the benchmark and write the results file."""
+    from dpsim.hardware import CLUSTERS
+    from dpsim.planner import plan
+    from dpsim.widgets.strategy_dashboard import StrategyExplorer
+    from dpsim.workload import transformer
+
+    cluster = CLUSTERS["h100-ib-128"]
+    big = transformer("96-layer (GPT-3 175B shape)", 96, 12288, 96, 2048, 50257)
+    plan(big, cluster, "fsdp", 1024, 1024)  # warm-up (imports)
+    fsdp_s = _median_s(lambda: plan(big, cluster, "fsdp", 1024, 1024), 20)
+    updates: list[dict[str, Any]] = []
+    for model in ("resnet50", "gpt2-124m", "gpt-1.3b", "llama-70b"):
+        for strategy in ("ddp", "fsdp", "dp"):
+            n = 8
+            explorer = StrategyExplorer()
+            args = (model, "h100-ib-128", strategy, n, 256, "mixed")
+            explorer.render(*args)  # warm
+            move = _median_s(partial(explorer.render, *args), 5)
+            new = _median_s(partial(_fresh_render, args), 3)
+            updates.append({"model": model, "strategy": strategy, "n_devices": n,
+                            "move_n_ms": round(move * 1e3, 1),
+                            "new_setting_ms": round(new * 1e3, 1)})
+    result = {
+        "fsdp_step_1024_devices_96_layers_ms": round(fsdp_s * 1e3, 2),
+        "fsdp_goal_ms": 50.0,
+        "dashboard_update_move_n_ms_max": max(u["move_n_ms"] for u in updates),
+        "dashboard_update_new_setting_ms_max": max(u["new_setting_ms"] for u in updates),
+        "dashboard_goal_ms": 200.0,
+        "dashboard_updates": updates,
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_count": os.cpu_count(),
+                    "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg")
+                    else None},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "dashboard_updates"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
