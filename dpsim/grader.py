@@ -185,11 +185,12 @@ def grade_notebook(path: Path, cell_timeout_s: float,
                                "ran; grading stopped (restore them before grading again)")
         if not dump_path.exists():
             grade.notes.append("the learner's functions could not be collected from the kernel")
+        results_dir = Path(tempfile.mkdtemp(dir=tmp))  # made after the kernel has stopped
         if server is None:
             with CheckServer() as own:
-                results, err = own.check(dump_path, plan, workdir, cell_timeout_s)
+                results, err = own.check(dump_path, plan, results_dir, cell_timeout_s)
         else:
-            results, err = server.check(dump_path, plan, workdir, cell_timeout_s)
+            results, err = server.check(dump_path, plan, results_dir, cell_timeout_s)
     for ex in exercises:
         row = results.get(ex.exercise_id)
         if row is None:

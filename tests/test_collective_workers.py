@@ -28,10 +28,11 @@ def _everything(rank: int, world_size: int) -> dict[str, Any]:
     shown = {c: show_collective(rank, world_size, c, n_elements=2) for c in SHOWN_COLLECTIVES}
     errors = {}
     for n in SIZES:
-        for segment in (None, 4096):  # one segment per chunk; several (70_001 elements)
+        for segment in (None, 4096, "batched"):  # one segment per chunk; several; NCCL's way
             errors[(n, segment)] = check_ring_all_reduce(
                 rank, world_size, n, seed=n,
-                ring=lambda t, s=segment: ring_all_reduce_(t, segment_nbytes=s))
+                ring=lambda t, s=segment: ring_all_reduce_(
+                    t, segment_nbytes=None if s == "batched" else s, batched=s == "batched"))
     # float64 and a 2-D tensor go through the same code path
     x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (rank + 1)
     ring_all_reduce_(x)

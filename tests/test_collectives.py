@@ -263,3 +263,74 @@ def test_ring_steps_bad_input() -> None:
     with pytest.raises(ValueError, match="time_s"):
         algbw_GBps(10, 0.0)
     assert math.isfinite(algbw_GBps(0, 1.0))
+
+
+# --- figures and the explorer (built from the same functions) -----------------------------
+def test_ring_animation_last_frame_is_the_elementwise_sum() -> None:
+    from dpsim.viz.ring import ring_animation
+
+    rng = np.random.default_rng(3)
+    arrays = [rng.integers(0, 10, size=7) for _ in range(3)]
+    fig = ring_animation(ring_all_reduce_steps(arrays))
+    assert len(fig.frames) == 1 + 2 * 2
+    assert fig.layout.sliders[0].steps[-1].label == "AG 2"
+    assert fig.layout.updatemenus[0].buttons[0].label == "Play"
+    grid = next(t for t in fig.frames[-1].data if t.type == "heatmap")
+    total = [str(v) for v in np.sum(arrays, axis=0)]
+    assert [list(row) for row in grid.text] == [total] * 3
+    assert np.all(np.asarray(grid.z) == 3)  # every cell sums all 3 ranks
+    first = next(t for t in fig.frames[0].data if t.type == "heatmap")
+    assert np.all(np.asarray(first.z) == 1)
+    with pytest.raises(ValueError, match="steps"):
+        ring_animation([])
+
+
+def test_ring_animation_handles_tiny_and_empty_arrays() -> None:
+    from dpsim.viz.ring import ring_animation
+
+    for n, length in ((1, 3), (4, 0), (5, 2), (7, 30)):
+        fig = ring_animation(ring_all_reduce_steps([np.ones(length)] * n))
+        assert len(fig.frames) == 1 + 2 * (n - 1)
+
+
+def test_traffic_figure_shows_the_naive_hotspot() -> None:
+    from dpsim.viz.traffic import traffic_figure
+
+    fig = traffic_figure(8 * 2**20, 8)
+    naive_sent = next(t for t in fig.data if t.name == "bytes sent" and t.xaxis == "x")
+    assert naive_sent.y[0] == 7 * 8 * 2**20 and max(naive_sent.y[1:]) == 8 * 2**20
+    with pytest.raises(ValueError, match="algorithm"):
+        traffic_figure(1024, 4, algorithms=("ring", "hypercube"))
+
+
+def test_bandwidth_and_prediction_figures() -> None:
+    from dpsim.viz.traffic import bandwidth_figure, prediction_figure
+
+    measured = {"hand": {1024: 1e-3, 2**20: 2e-3}, "torch": {1024: 5e-4, 2**20: 1e-3}}
+    fig = bandwidth_figure(measured, 4)
+    busbw_torch = [t for t in fig.data if t.xaxis == "x2" and t.legendgroup == "torch"][0]
+    assert busbw_torch.y[1] == pytest.approx(2**20 / 1e-3 / 1e9 * 1.5)
+    fig = prediction_figure([1024, 2048], [1e-3, 2e-3], [1.1e-3, 1.9e-3])
+    assert [t.name for t in fig.data][0] == "measured"
+
+
+def test_explorer_numbers_match_the_closed_form() -> None:
+    from dpsim.widgets.collectives_explorer import PRESETS, collectives_explorer, estimate, explore
+
+    link = PRESETS["InfiniBand cluster"].link
+    est = estimate("all_reduce", 2**30, 128, link.latency_us, link.bandwidth_GBps)
+    t = collective_time_s("all_reduce", 2**30, 128, link)
+    assert est.time_s == pytest.approx(t)
+    assert est.busbw_GBps == pytest.approx(2**30 / t / 1e9 * 2 * 127 / 128)
+    assert 0 < est.latency_share < 0.05
+    assert PRESETS["NVLink node"].world_size == 8 and PRESETS["PCIe box"].world_size == 4
+    text, fig = explore("all_gather", "tree", 1024, 1024, 6.0, 50.0)
+    assert "simulated" in text and "1024 ranks" in text and len(fig.data) == 8
+    with pytest.raises(ValueError, match="bandwidth_GBps"):
+        estimate("all_reduce", 1024, 4, 1.0, 0.0)
+    box = collectives_explorer("PCIe box")
+    chooser = box.children[0]
+    chooser.value = "InfiniBand cluster"  # a preset moves the sliders
+    sliders = box.children[1].children[0].children + box.children[1].children[1].children
+    values = {w.description: w.value for w in sliders}
+    assert values["N ranks"] == 128

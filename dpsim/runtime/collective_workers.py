@@ -4,6 +4,7 @@
 * `ring_all_reduce_`: a ring all-reduce written by hand over `isend`/`irecv`, in place.
 * `check_ring_all_reduce`: a hand ring (yours or ours) against `dist.all_reduce`.
 * `time_all_reduce`: seconds per all-reduce, hand ring and `dist.all_reduce`, per size.
+* `show_collectives`, `ring_vs_all_reduce`: several of the above in one launch.
 
 Tensors go to this rank's GPU when the group runs NCCL, else stay on the CPU (gloo).
 """
@@ -117,7 +118,8 @@ def ring_vs_all_reduce(rank: int, world_size: int, check_sizes: Sequence[int],
     return {"rank": rank, "max_abs_error": errors, "seconds": times}
 
 
-def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20) -> torch.Tensor:
+def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20,
+                    batched: bool | None = None) -> torch.Tensor:
     """Sum `tensor` over all ranks in place with a chunked ring; return it.
 
     The tensor is cut into world_size chunks (torch.tensor_split sizes). Reduce-scatter:
@@ -130,6 +132,10 @@ def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20)
     chunk travels in segments: a segment is added and forwarded as soon as it arrives,
     while the next ones are still on the wire (None: one segment per chunk; at most
     MAX_SEGMENTS segments per chunk).
+
+    `batched` (default: True under NCCL) posts each step's send and receive together with
+    `dist.batch_isend_irecv`, one chunk per step and no segments: NCCL needs a step's send
+    and receive in one group, or two ranks that both send first can wait on each other.
     """
     n, rank = dist.get_world_size(), dist.get_rank()
     if n == 1 or tensor.numel() == 0:
@@ -138,6 +144,8 @@ def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20)
         raise ValueError("tensor is not contiguous; allowed: a contiguous tensor "
                          "(call .contiguous() first)")
     chunks = list(tensor.view(-1).tensor_split(n))
+    if batched or (batched is None and dist.get_backend() == "nccl"):
+        return _batched_ring_(tensor, chunks, rank, n)
     seg = max(1, (segment_nbytes or tensor.numel() * tensor.element_size())
               // tensor.element_size(), -(-chunks[0].numel() // MAX_SEGMENTS))
     right, left = (rank + 1) % n, (rank - 1) % n
@@ -177,6 +185,25 @@ def ring_all_reduce_(tensor: torch.Tensor, segment_nbytes: int | None = 1 << 20)
                 (rs_sends if step + 1 < n - 1 else ag_sends).append(req_out)
     for req in ag_sends:
         req.wait()
+    return tensor
+
+
+def _batched_ring_(tensor: torch.Tensor, chunks: list[torch.Tensor], rank: int, n: int
+                   ) -> torch.Tensor:
+    """The same ring, one chunk per step, each step's send + receive as one batch."""
+    right, left = (rank + 1) % n, (rank - 1) % n
+    scratch = torch.empty_like(chunks[0])
+    for step in range(2 * (n - 1)):
+        reduce = step < n - 1
+        send = chunks[(rank - 1 - step) % n] if reduce else chunks[(rank - step) % n]
+        target = chunks[(rank - 2 - step) % n]
+        landing = scratch[: target.numel()] if reduce else target
+        ops = [dist.P2POp(dist.isend, send, right)] if send.numel() else []
+        ops += [dist.P2POp(dist.irecv, landing, left)] if landing.numel() else []
+        for req in dist.batch_isend_irecv(ops) if ops else []:
+            req.wait()
+        if reduce:
+            target += landing
     return tensor
 
 
@@ -221,9 +248,10 @@ def _timed(op: Callable[[], Any], device: torch.device) -> float:
     return float(elapsed.item())
 
 
-def time_all_reduce(rank: int, world_size: int, sizes_bytes: Sequence[int], repeats: int = 3,
-                    impls: Sequence[str] = IMPLEMENTATIONS) -> dict[str, dict[int, float]]:
-    """Median seconds (slowest rank) of one all-reduce per size, for each implementation.
+def time_all_reduce_samples(rank: int, world_size: int, sizes_bytes: Sequence[int],
+                            repeats: int = 3, impls: Sequence[str] = IMPLEMENTATIONS
+                            ) -> dict[str, dict[int, list[float]]]:
+    """Seconds (slowest rank) of every timed all-reduce, per implementation and size.
 
     "hand" is `ring_all_reduce_`, "torch" is `dist.all_reduce`. Each size gets one untimed
     warm-up per implementation, then `repeats` rounds that time every implementation in
@@ -247,5 +275,12 @@ def time_all_reduce(rank: int, world_size: int, sizes_bytes: Sequence[int], repe
             for impl in impls:
                 samples[impl].setdefault(int(nbytes), []).append(_timed(ops[impl], device))
         del data
+    return samples
+
+
+def time_all_reduce(rank: int, world_size: int, sizes_bytes: Sequence[int], repeats: int = 3,
+                    impls: Sequence[str] = IMPLEMENTATIONS) -> dict[str, dict[int, float]]:
+    """Median seconds (slowest rank) of one all-reduce per size, for each implementation."""
+    samples = time_all_reduce_samples(rank, world_size, sizes_bytes, repeats, impls)
     return {impl: {s: statistics.median(v) for s, v in per_size.items()}
             for impl, per_size in samples.items()}

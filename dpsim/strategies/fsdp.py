@@ -7,6 +7,8 @@ other `world_size - 1` devices are identical. That keeps 1024 devices as cheap a
 Stage 3 (FSDP's FULL_SHARD), per unit (a group of consecutive layers):
 forward:  all-gather the unit's parameters, compute, free them (reshard_after_forward);
 backward: all-gather again, compute, reduce-scatter the gradients, free the parameters.
+The last unit stays gathered between its forward and its backward, which comes right after
+(FSDP does the same for the root module).
 Stages 1 and 2 keep the parameters whole: they reduce-scatter gradients after each unit's
 backward and all-gather the updated parameters after the optimizer step. Stage 0
 (NO_SHARD, like DDP) all-reduces each unit's gradients. One comm stream runs the

@@ -16,15 +16,14 @@ from plotly.subplots import make_subplots
 from dpsim.trace import Trace
 from dpsim.viz.style import color_for, finish
 
-EXTRA_COLORS = {"input": "#72B7B2", "loss": "#EECA3B", "allocated": "#4C78A8"}
 ORDER = ("parameters", "gradients", "optimizer", "input", "activations", "outputs",
          "gathered", "loss", "allocated")
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 
 
 def category_color(category: str) -> str:
-    """The house colour of a memory category (input, loss and allocated added here)."""
-    return EXTRA_COLORS.get(category) or color_for(category)
+    """The house colour of a memory category."""
+    return color_for(category)
 
 
 def categories(trace: Trace) -> list[str]:

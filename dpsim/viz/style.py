@@ -15,6 +15,9 @@ CATEGORY_COLORS: dict[str, str] = {
     "gathered": "#9D755D",
     "outputs": "#FF9DA6",
     "other": "#BAB0AC",
+    "input": "#72B7B2",
+    "loss": "#EECA3B",
+    "allocated": "#4C78A8",
 }
 
 KIND_COLORS: dict[str, str] = {
@@ -29,6 +32,12 @@ KIND_COLORS: dict[str, str] = {
     "gather": "#EECA3B",
     "python": "#BAB0AC",
     "idle": "#EEEEEE",
+    "replicate": "#72B7B2",
+    "loss": "#B279A2",
+    "reduce": "#E45756",
+    "grad_scatter": "#FF9DA6",
+    "gil_wait": "#EEEEEE",
+    "native": "#C7E9C0",
 }
 
 SOURCE_DASH = {"simulated": "dash", "measured": "solid"}

@@ -1,7 +1,8 @@
 """DataParallel explorer: sliders for N, model, batch and output size -> device-0 imbalance.
 
-`explore(...)` runs the simulation and summarises it (testable without widgets);
-`dp_explorer()` wires ipywidgets sliders to it and redraws the peak-memory bars.
+`explore(...)` runs the simulation and summarises it, `render(...)` turns that into text
+and a figure (both testable without widgets); `dp_explorer()` wires sliders to `render`
+with `widgets.dashboard`.
 """
 
 from __future__ import annotations
@@ -59,47 +60,43 @@ def explore(model: str = "gpt2-124m", n_devices: int = 4, batch_size: int = 32,
 
 
 def describe(summary: dict[str, Any]) -> str:
-    """The summary as a few lines of HTML."""
+    """The summary as a few lines of text."""
     extra = ", ".join(f"{k} {human_bytes(v)}" for k, v in summary["extra_at_loss"].items() if v)
     ratio = summary["imbalance"]
     lines = [
-        f"<b>{summary['model']}</b>: chunks {summary['chunks']}",
+        f"simulated: {summary['model']}, chunks {summary['chunks']}",
         f"device 0 peak {human_bytes(summary['device 0 peak'])}, largest other "
         f"{human_bytes(summary['largest other peak'])}"
         + (f" (device 0 holds {ratio:.2f}x)" if ratio != float("inf") else ""),
-        f"step {summary['step_time_s'] * 1e3:.2f} ms (simulated)"
-        + ("" if summary["fits"] else " · <span style='color:red'>device 0 runs out of "
-           "memory</span>"),
+        f"step {summary['step_time_s'] * 1e3:.2f} ms"
+        + ("" if summary["fits"] else "; device 0 runs OUT OF MEMORY"),
     ]
     if extra:
         lines.append(f"extra on device 0 when the loss is computed: {extra}")
-    return "<br>".join(lines)
+    return "\n".join(lines)
+
+
+def render(model: str, n_devices: int, batch_size: int, out_features: int,
+           cluster: str = "h100-node") -> list[Any]:
+    """[summary text, peak memory per device figure] for one setting of the controls."""
+    trace, summary = explore(model, n_devices, batch_size, out_features, cluster)
+    limit = get_cluster(cluster).device.memory_bytes
+    return [describe(summary), peak_per_device(trace, unit="GiB", limit_bytes=limit)]
 
 
 def dp_explorer(cluster: str = "h100-node") -> Any:
     """Sliders for N, model, batch and output size; peak memory per device redrawn."""
     import ipywidgets as w
-    from IPython.display import display
 
-    n = w.IntSlider(value=4, min=1, max=8, description="N devices")
-    model = w.Dropdown(options=list(MODELS), value="gpt2-124m", description="model")
-    batch = w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512], value=32,
-                              description="batch")
-    out = w.SelectionSlider(options=[("model's", 0)] + [(f"{v:,}", v) for v in
-                                                        OUTPUT_CHOICES[1:]],
-                            value=0, description="outputs")
-    text = w.HTML()
-    plot = w.Output()
+    from dpsim.widgets.dashboard import dashboard
 
-    def redraw(*_: Any) -> None:
-        trace, summary = explore(model.value, n.value, batch.value, out.value, cluster)
-        text.value = describe(summary)
-        plot.clear_output(wait=True)
-        with plot:
-            display(peak_per_device(trace, unit="GiB",
-                                    limit_bytes=get_cluster(cluster).device.memory_bytes))
-
-    for control in (n, model, batch, out):
-        control.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox([n, model]), w.HBox([batch, out]), text, plot])
+    controls = {
+        "n_devices": w.IntSlider(value=4, min=1, max=8, description="N devices"),
+        "model": w.Dropdown(options=list(MODELS), value="gpt2-124m", description="model"),
+        "batch_size": w.SelectionSlider(options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+                                        value=32, description="batch"),
+        "out_features": w.SelectionSlider(
+            options=[("model's", 0)] + [(f"{v:,}", v) for v in OUTPUT_CHOICES[1:]], value=0,
+            description="outputs"),
+    }
+    return dashboard(controls, lambda **v: render(cluster=cluster, **v), columns=2)

@@ -99,6 +99,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section("JupyterLab in headless Chromium")
         for r in results:
             terminalreporter.write_line(r.summary())
+            for note in r.notes:
+                terminalreporter.write_line(f"    note: {note.splitlines()[0][:200]}")
         for line in problems:
             terminalreporter.write_line(f"after the test: {line}")
         shots = sorted({p.parent for r in results for p in r.screenshots})

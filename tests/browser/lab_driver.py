@@ -7,9 +7,9 @@ notebook_page.py; this file only knows about the server and the browser binary.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -36,6 +36,7 @@ CHROMIUM_FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-dev-shm-usage",  # containers often have a tiny /dev/shm
 ]
 VIEWPORT = {"width": 1280, "height": 860}  # CSS px; screenshots are this size (scale 1)
 INSTALL_HINT = "run .ci/install-browser to enable it"
@@ -79,12 +80,7 @@ def lab_argv(port: int) -> list[str]:
 
     The token travels in DPSIM_LAB_TOKEN (and JUPYTER_TOKEN), see start_lab().
     """
-    if importlib.util.find_spec("dpsim.lab") is not None:
-        return [sys.executable, "-m", "dpsim", "lab", "--port", str(port), "--no-browser"]
-    # dpsim.lab not importable: the same server by hand (notebooks/ as root, 127.0.0.1, token)
-    argv = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1"]
-    argv += [f"--ServerApp.port={port}", f"--ServerApp.root_dir={NOTEBOOKS_DIR}"]
-    return argv + (["--allow-root"] if os.geteuid() == 0 else [])
+    return [sys.executable, "-m", "dpsim", "lab", "--port", str(port), "--no-browser"]
 
 
 @dataclass
@@ -232,6 +228,7 @@ def start_lab(work_dir: Path, notebooks: list[Path], timeout_s: float = 90.0) ->
 
 
 def _wait_ready(server: LabServer, timeout_s: float) -> None:
+    """Poll the REST API until it answers; follow the port the server says it took."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
@@ -239,9 +236,20 @@ def _wait_ready(server: LabServer, timeout_s: float) -> None:
                 f"JupyterLab exited with code {server.process.returncode} before answering; "
                 f"its log ends with:\n{server.log_tail()}"
             )
-        with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
+        ports = re.findall(r"http://127\.0\.0\.1:(\d+)/", server.log_tail(200))
+        if ports:  # with port_retries, jupyter may take another port than the one asked for
+            server.base_url = f"http://127.0.0.1:{ports[-1]}"
+        try:
             server.api("GET", "/api/status", timeout_s=2.0)
             return
+        except urllib.error.HTTPError as exc:
+            if exc.code == 403:
+                raise RuntimeError(
+                    f"JupyterLab on {server.base_url} refused the token: `python -m dpsim lab` "
+                    "must take its token from the environment variable DPSIM_LAB_TOKEN"
+                ) from exc
+        except (OSError, ValueError):
+            pass
         time.sleep(0.3)
     raise TimeoutError(
         f"JupyterLab did not answer on {server.base_url} within {timeout_s:.0f} s "

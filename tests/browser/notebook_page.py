@@ -204,6 +204,10 @@ def inspect_outputs(
                 result.notes.append(f"{nb.where(c)}: writes to stderr: {o['text'][:200]}")
             if o["kind"] == "widget" and not o["nested"]:
                 result.n_widget_outputs += 1
+        for wrapped in c["wrapped_toggles"]:
+            result.failures.append(
+                f"{nb.where(c)}: {wrapped}; give it style={{'button_width': 'auto'}}"
+            )
         for k, p in enumerate(c["plots"]):
             result.n_figures += 1
             what = f"{nb.where(c)}: figure {k} {p['title']!r}"
@@ -369,6 +373,7 @@ def screenshots(
 ) -> None:
     """A window shot at the first dashboard or figure, then one shot per such cell."""
     stem = nb.notebook.stem
+    nb.page.mouse.move(1, 1)  # no hover tooltip in the pictures
     # dashboards (widgets and figures) first, then the other figures and widgets
     visual = [c for c in cells if c["n_widgets"] and c["plots"]]
     visual += [c for c in cells if (c["plots"] or c["n_widgets"]) and c not in visual]

@@ -116,6 +116,17 @@
     };
   }
 
+  // ToggleButtons squeezed into a narrow column stack their buttons like a menu.
+  function wrappedToggles(cell) {
+    return Array.from(cell.querySelectorAll(".widget-toggle-buttons")).flatMap((w) => {
+      const tops = new Set(
+        Array.from(w.querySelectorAll("button")).map((b) => Math.round(b.getBoundingClientRect().top)),
+      );
+      const name = (w.querySelector(".widget-label") || {}).textContent || "";
+      return tops.size > 1 ? [`ToggleButtons '${name.trim()}' stacks its buttons on ${tops.size} rows`] : [];
+    });
+  }
+
   function cells() {
     return cellNodes().map((c, index) => {
       const code = c.classList.contains("jp-CodeCell");
@@ -134,6 +145,7 @@
         n_sliders: c.querySelectorAll(".widget-slider .noUi-handle").length,
         n_play: c.querySelectorAll(".widget-play").length,
         dashboard: !!c.querySelector(".dpsim-dashboard"),
+        wrapped_toggles: wrappedToggles(c),
       };
     });
   }

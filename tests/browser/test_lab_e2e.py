@@ -20,7 +20,7 @@ NOTEBOOK_LIMIT_S = float(os.environ.get("DPSIM_BROWSER_NOTEBOOK_LIMIT_S", "180")
 DOCS_SHOTS = {
     "01_single_device": ("window", "jupyterlab_memory_explorer.png"),
     "02_collectives": ("animation", "ring_allreduce.png"),
-    "06_fsdp": ("dashboard", "zero_explorer.png"),
+    "07_choosing_a_strategy": ("dashboard", "strategy_dashboard.png"),
 }
 DOCS_SHOT_MAX_BYTES = 150_000
 _NOTEBOOKS: list[Any] = notebooks() or [
