@@ -43,7 +43,7 @@ ALGORITHMS = ("ring", "tree", "naive")
 __all__ = [
     "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bus_bandwidth_factor", "busbw_GBps",
     "bytes_received_per_rank", "bytes_sent_per_rank", "chunk_bounds", "collective_time_s",
-    "cost_terms", "ring_all_reduce_steps", "tree_levels",
+    "cost_terms", "ring_all_reduce_steps", "ring_bytes_per_rank_formula", "tree_levels",
 ]
 
 
@@ -153,9 +153,9 @@ def bytes_received_per_rank(collective: str, nbytes: int, world_size: int,
     return [int(b) for b in received]
 
 
+
 def ring_bytes_per_rank_formula(nbytes: int, world_size: int) -> float:
     """2(N-1)/N * S: what each rank sends (and receives) in a ring all-reduce."""
     require_int("nbytes", nbytes, 0)
     require_int("world_size", world_size, 1)
     return 2 * (world_size - 1) / world_size * nbytes
-

@@ -20,6 +20,7 @@ from dpsim.collectives import (
     bytes_sent_per_rank,
     collective_time_s,
     ring_all_reduce_steps,
+    ring_bytes_per_rank_formula,
     tree_levels,
 )
 from dpsim.hardware import INFINIBAND_NDR, NVLINK4, Link
@@ -105,6 +106,12 @@ def test_ring_all_reduce_traffic_is_2_n_minus_1_over_n_of_s(n: int, per_rank: in
     expected = 2 * (n - 1) / n * nbytes
     assert bytes_sent_per_rank("all_reduce", nbytes, n) == [expected] * n
     assert bytes_received_per_rank("all_reduce", nbytes, n) == [expected] * n
+
+
+def test_ring_bytes_formula_matches_the_schedule() -> None:
+    for n in (1, 2, 3, 8):
+        assert ring_bytes_per_rank_formula(n * 1000, n) == bytes_sent_per_rank(
+            "all_reduce", n * 1000, n)[0]
 
 
 @settings(max_examples=100, deadline=None)

@@ -37,18 +37,21 @@ WORLD_SIZE = 2
 TOLERANCE = 1e-5  # float32: the all-reduce sums in another order than one process does
 # 96 samples / 2 ranks / batch 8 = 6 steps per epoch: 9 steps cross into epoch 2 (set_epoch)
 TRAIN = DDPRunConfig(n_samples=96, batch_size=8, steps=9, seed_per_rank=True, progress=False)
-BUCKET_MODELS = {
-    "mlp, default caps (first bucket 1 MiB)": DDPRunConfig(hidden=600, depth=3, steps=1,
-                                                           batch_size=4, progress=False),
-    "cnn, bucket_cap_mb=0.01": DDPRunConfig(model="cnn", hidden=16, depth=3, steps=1,
-                                            batch_size=4, bucket_cap_mb=0.01, progress=False),
+BUCKET_MODELS = {  # name: (config, buckets DDP builds)
+    "mlp, default caps (first bucket 1 MiB)": (
+        DDPRunConfig(hidden=600, depth=3, steps=1, batch_size=4, progress=False), 2),
+    "cnn, bucket_cap_mb=0.01": (
+        DDPRunConfig(model="cnn", hidden=16, depth=3, steps=1, batch_size=4,
+                     bucket_cap_mb=0.01, progress=False), 3),
+    "small mlp, one bucket (rebuilt in gradient order)": (
+        DDPRunConfig(hidden=16, depth=2, steps=1, batch_size=4, progress=False), 1),
 }
 
 
 @pytest.fixture(scope="module")
 def runs() -> list[dict[str, Any]]:
     """Per rank: the training run, bucket recordings of two models, the option demos."""
-    models = list(BUCKET_MODELS.values())
+    models = [cfg for cfg, _ in BUCKET_MODELS.values()]
     return launch(lambda rank, ws: {
         "train": train_rank(rank, ws, TRAIN),
         "buckets": [record_rank(rank, ws, cfg, warmup=2) for cfg in models],
@@ -94,7 +97,7 @@ def test_distributed_sampler_splits_the_global_batch(runs: list[dict[str, Any]])
 @pytest.mark.parametrize("index", range(len(BUCKET_MODELS)), ids=list(BUCKET_MODELS))
 def test_predicted_buckets_equal_the_buckets_ddp_builds(runs: list[dict[str, Any]],
                                                          index: int) -> None:
-    cfg = list(BUCKET_MODELS.values())[index]
+    cfg, n_buckets = list(BUCKET_MODELS.values())[index]
     recording: RankRecording = runs[0]["buckets"][index]
     model = build_model(cfg)
     cap, first = recording.caps_mb
@@ -104,13 +107,14 @@ def test_predicted_buckets_equal_the_buckets_ddp_builds(runs: list[dict[str, Any
     tensors = grad_tensors(Workload("m", ()), names=param_nbytes(model))
     predicted = build_buckets(tensors, cap, first, gradient_ready_order(model, x, y))
     observed = recording.buckets
-    assert len(observed) >= 2
+    assert len(observed) == n_buckets
     assert [b.params for b in predicted] == [b.params for b in observed]
     assert [b.nbytes for b in predicted] == [b.nbytes for b in observed]
     assert runs[1]["buckets"][index].buckets == observed  # the same on every rank
     # DDP's first guess, the reverse parameter order, is right for Linear layers only
     naive = build_buckets(tensors, cap, first)
     assert ([b.params for b in naive] == [b.params for b in observed]) == (cfg.model == "mlp")
+    assert observed[0].params[0] == list(param_nbytes(model))[-1][0]  # the last parameter
 
 
 def test_the_recorded_step_is_a_consistent_trace(runs: list[dict[str, Any]]) -> None:

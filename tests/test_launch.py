@@ -346,6 +346,36 @@ def test_nccl_without_enough_gpus_suggests_gloo() -> None:
         launch(lambda r, w: r, 2, backend="nccl")
 
 
+def test_transient_join_failures_start_the_group_again(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """Gloo's connect can fail on a loaded machine before any rank ran fn: launch retries."""
+    calls: list[float] = []
+
+    def flaky_run(self: Any, deadline: float) -> list[Any]:
+        calls.append(deadline)
+        if len(calls) < 3:
+            raise RankFailedError(0, "while joining the process group: RuntimeError: Gloo "
+                                  "connectFullMesh failed with ... Connection closed by peer",
+                                  phase="init")
+        return ["ok"] * self.world_size
+
+    monkeypatch.setattr(launch_module._Job, "run", flaky_run)
+    assert launch(lambda r, w: r, 2) == ["ok", "ok"]
+    assert len(calls) == 3 and len(set(calls)) == 1  # one deadline for all attempts
+    assert "attempt 3 of 3" in capsys.readouterr().err
+
+    def fails_in_fn(self: Any, deadline: float) -> list[Any]:
+        calls.append(deadline)
+        raise RankFailedError(1, "RuntimeError: Connection closed by peer", phase="fn")
+
+    calls.clear()
+    monkeypatch.setattr(launch_module._Job, "run", fails_in_fn)
+    with pytest.raises(RankFailedError):  # once fn may have run, never start it again
+        launch(lambda r, w: r, 2)
+    assert len(calls) == 1
+
+
 def test_free_port_is_bindable() -> None:
     import socket
 

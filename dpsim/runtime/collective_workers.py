@@ -195,12 +195,12 @@ def _batched_ring_(tensor: torch.Tensor, chunks: list[torch.Tensor], rank: int, 
     scratch = torch.empty_like(chunks[0])
     for step in range(2 * (n - 1)):
         reduce = step < n - 1
-        send = chunks[(rank - 1 - step) % n] if reduce else chunks[(rank - step) % n]
+        send = chunks[(rank - 1 - step) % n]  # what arrived at the step before (or own)
         target = chunks[(rank - 2 - step) % n]
         landing = scratch[: target.numel()] if reduce else target
-        ops = [dist.P2POp(dist.isend, send, right)] if send.numel() else []
-        ops += [dist.P2POp(dist.irecv, landing, left)] if landing.numel() else []
-        for req in dist.batch_isend_irecv(ops) if ops else []:
+        # every rank posts the same two operations, empty chunks included
+        ops = [dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, landing, left)]
+        for req in dist.batch_isend_irecv(ops):
             req.wait()
         if reduce:
             target += landing

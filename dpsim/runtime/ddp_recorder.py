@@ -92,6 +92,7 @@ class DDPRecorder:
         self._comm: dict[int, list[float]] = {}
         self._ready: dict[str, float] = {}
         self._t0 = 0.0
+        self._step = 0
         ddp.register_comm_hook(None, self._hook)
         for name, p in ddp.module.named_parameters():
             if p.requires_grad:
@@ -106,9 +107,11 @@ class DDPRecorder:
         start = time.perf_counter()
         buffer = bucket.buffer()
         index = bucket.index()
-        self.buckets[index] = ObservedBucket(
-            index, tuple(self.names[id(p)] for p in bucket.parameters()),
-            buffer.numel() * buffer.element_size())
+        nbytes = buffer.numel() * buffer.element_size()
+        known = self.buckets.get(index)
+        if known is None or known.nbytes != nbytes or self._step <= 2:  # DDP rebuilds in step 2
+            self.buckets[index] = ObservedBucket(
+                index, tuple(self.names[id(p)] for p in bucket.parameters()), nbytes)
         times = self._comm[index] = [start, start]
         buffer.div_(self.world_size)
         future = dist.all_reduce(buffer, async_op=True).get_future()
@@ -121,7 +124,7 @@ class DDPRecorder:
 
     def begin(self) -> None:
         """Mark the start of a step (call before forward)."""
-        self.buckets.clear()
+        self._step += 1
         self._comm.clear()
         self._ready.clear()
         self._t0 = time.perf_counter()

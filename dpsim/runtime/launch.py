@@ -83,8 +83,10 @@ class RankFailedError(LaunchError, RuntimeError):
 
     Attributes: `rank`, `traceback` (the rank's traceback text, "" if it died without
     one), `exitcode` (process exit code, negative = killed by that signal; None if it
-    raised), `exc_type` (name of the exception class the rank raised, or None),
-    `other_failures` (one line per other rank that failed too), `pids`.
+    raised), `exc_type` (name of the exception class the rank raised, or None), `phase`
+    (where it raised: "start" = loading fn, "init" = joining the process group, "fn",
+    "result" = pickling the return value; None if it died), `other_failures` (one line per
+    other rank that failed too), `pids`.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class RankFailedError(LaunchError, RuntimeError):
         *,
         exitcode: int | None = None,
         exc_type: str | None = None,
+        phase: str | None = None,
         other_failures: Sequence[str] = (),
         pids: Sequence[int] = (),
     ) -> None:
@@ -110,6 +113,7 @@ class RankFailedError(LaunchError, RuntimeError):
         self.traceback = traceback_text
         self.exitcode = exitcode
         self.exc_type = exc_type
+        self.phase = phase
         self.other_failures = list(other_failures)
         self.pids = list(pids)
 
@@ -360,6 +364,7 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
 
     linecache.cache.update(spec.sources)  # notebook cells: tracebacks show their lines
     message: tuple[Any, ...]
+    phase = "start"
     try:
         import dill
 
@@ -369,21 +374,28 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
 
         if spec.num_threads is not None:
             torch.set_num_threads(spec.num_threads)
+        phase = "init"
         if spec.backend == "nccl":
             torch.cuda.set_device(spec.rank)
         timeout = timedelta(seconds=min(spec.timeout_s, _MAX_CHILD_TIMEOUT_S))
-        store = dist.TCPStore(
+        client = dist.TCPStore(
             spec.store_host, spec.store_port, spec.world_size, is_master=False, timeout=timeout
         )
         # Keys under a per-launch prefix: a stray client of some other, dead job that still
         # retries this port number cannot mix its rendezvous keys with ours.
-        store = dist.PrefixStore(spec.store_prefix, store)
+        store = dist.PrefixStore(spec.store_prefix, client)
         dist.init_process_group(
             spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
             timeout=timeout,
         )
+        # No rank starts fn before every rank has joined: if one fails to join, fn has run
+        # nowhere and the launcher may safely start the whole group again.
+        store.set(f"joined/{spec.rank}", "1")
+        store.wait([f"joined/{r}" for r in range(spec.world_size)], timeout)
+        phase = "fn"
         result = fn(spec.rank, spec.world_size, *args, **kwargs)
         dist.destroy_process_group()
+        phase = "result"
         try:
             message = ("ok", dill.dumps(result, recurse=True))
         except Exception as exc:
@@ -394,11 +406,15 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
                 "arrays or CPU tensors (e.g. t.detach().cpu()).",
                 "",
                 type(exc).__name__,
+                phase,
             )
     except BaseException as exc:  # SystemExit / KeyboardInterrupt in fn are failures too
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # skip us
         tb_text = "".join(traceback.format_exception(type(exc), exc, tb))
-        message = ("error", f"{type(exc).__name__}: {exc}", tb_text, type(exc).__name__)
+        summary = f"{type(exc).__name__}: {exc}"
+        if phase == "init":
+            summary = f"while joining the process group: {summary}"
+        message = ("error", summary, tb_text, type(exc).__name__, phase)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError, OSError):
             stream.flush()
@@ -416,6 +432,7 @@ class _Failure:
     traceback: str = ""
     exitcode: int | None = None
     exc_type: str | None = None
+    phase: str | None = None  # "start", "init", "fn", "result"; None if it died
 
     @property
     def died(self) -> bool:
@@ -519,8 +536,8 @@ def _collect(
                     f"{type(exc).__name__}: {exc}", traceback.format_exc(),
                     exc_type=type(exc).__name__))
         else:
-            _, summary, tb_text, exc_type = message
-            failures.append(_Failure(rank, summary, tb_text, exc_type=exc_type))
+            _, summary, tb_text, exc_type, phase = message
+            failures.append(_Failure(rank, summary, tb_text, exc_type=exc_type, phase=phase))
 
     while True:
         done = set(results) | {f.rank for f in failures}
@@ -686,67 +703,122 @@ def launch(
 
     ctx = multiprocess.get_context("spawn")
     _skip_main_reimport()
-    store, store_host, store_port = _start_store(master_addr, world_size, timeout_s)
-    store_prefix = f"dpsim-{secrets.token_hex(8)}/"
+    job = _Job(
+        ctx=ctx, payload=payload, world_size=world_size, backend=resolved,
+        master_addr=master_addr, timeout_s=timeout_s, env=base_env, num_threads=num_threads,
+        sources=sources,
+    )
     deadline = time.monotonic() + timeout_s
-    procs: list[Any] = []
-    conns: list[Any] = []
-    dump_conns: list[Any] = []
-    try:
-        for rank in range(world_size):
-            rank_env = dict(base_env)
-            rank_env.update(
-                MASTER_ADDR=store_host, MASTER_PORT=str(store_port), RANK=str(rank),
-                LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                LOCAL_WORLD_SIZE=str(world_size),
+    for attempt in range(1, _JOIN_ATTEMPTS + 1):
+        try:
+            return job.run(deadline)
+        except RankFailedError as err:
+            if attempt == _JOIN_ATTEMPTS or not _is_transient_join_failure(err):
+                raise
+            print(
+                f"dpsim.launch: rank {err.rank} could not join the process group "
+                f"({err.summary.splitlines()[0][:160]}); no rank had started fn, starting "
+                f"all {world_size} ranks again (attempt {attempt + 1} of {_JOIN_ATTEMPTS})",
+                file=sys.stderr, flush=True,
             )
-            spec = _RankSpec(
-                rank=rank, world_size=world_size, backend=resolved, store_host=store_host,
-                store_port=store_port, timeout_s=timeout_s, parent_pid=os.getpid(),
-                payload=payload, store_prefix=store_prefix, env=rank_env, num_threads=num_threads, sources=sources,
-            )
-            result_r, result_w = ctx.Pipe(duplex=False)
-            dump_r, dump_w = ctx.Pipe(duplex=False)
-            conns.append(result_r)
-            dump_conns.append(dump_r)
-            proc = ctx.Process(target=_rank_main, args=(spec, result_w, dump_w),
-                               name=f"{_RANK_NAME_PREFIX}{rank}", daemon=False)
-            procs.append(proc)
-            try:
-                proc.start()
-            finally:
-                result_w.close()
-                dump_w.close()
-            with _pids_lock:
-                _last_pids[:] = [p.pid for p in procs if p.pid is not None]
-        pids = [p.pid for p in procs]
+    raise AssertionError("unreachable")  # pragma: no cover
 
-        results, failures = _collect(procs, conns, deadline)
-        if failures:
-            failures.sort(key=lambda f: not f.died)  # a dead process is the likely cause
-            first, others = failures[0], failures[1:]
+
+_JOIN_ATTEMPTS = 3
+_TRANSIENT_JOIN_ERRORS = (
+    "connectFullMesh", "Connection closed by peer", "Connection reset by peer",
+    "Connect timeout", "Broken pipe",
+)
+
+
+def _is_transient_join_failure(err: RankFailedError) -> bool:
+    """True for a flaky gloo/NCCL connection error while ranks were joining the group.
+
+    Gloo's full-mesh connect occasionally fails on a loaded machine ("Connection closed by
+    peer"). Ranks only start fn after all joined, so starting the group again is safe.
+    """
+    return err.phase == "init" and any(text in err.summary for text in _TRANSIENT_JOIN_ERRORS)
+
+
+@dataclass
+class _Job:
+    """One `launch` call's fixed inputs; `run` starts the ranks once and collects them."""
+
+    ctx: Any
+    payload: bytes
+    world_size: int
+    backend: str
+    master_addr: str
+    timeout_s: float
+    env: dict[str, str]
+    num_threads: int | None
+    sources: dict[str, tuple[Any, ...]]
+
+    def run(self, deadline: float) -> list[Any]:
+        """Start all ranks, wait until `deadline` (time.monotonic s), stop them, return."""
+        world_size = self.world_size
+        store, store_host, store_port = _start_store(self.master_addr, world_size,
+                                                     self.timeout_s)
+        store_prefix = f"dpsim-{secrets.token_hex(8)}/"
+        procs: list[Any] = []
+        conns: list[Any] = []
+        dump_conns: list[Any] = []
+        try:
+            for rank in range(world_size):
+                rank_env = dict(self.env)
+                rank_env.update(
+                    MASTER_ADDR=store_host, MASTER_PORT=str(store_port), RANK=str(rank),
+                    LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                    LOCAL_WORLD_SIZE=str(world_size),
+                )
+                spec = _RankSpec(
+                    rank=rank, world_size=world_size, backend=self.backend,
+                    store_host=store_host, store_port=store_port, timeout_s=self.timeout_s,
+                    parent_pid=os.getpid(), payload=self.payload, store_prefix=store_prefix,
+                    env=rank_env, num_threads=self.num_threads, sources=self.sources,
+                )
+                result_r, result_w = self.ctx.Pipe(duplex=False)
+                dump_r, dump_w = self.ctx.Pipe(duplex=False)
+                conns.append(result_r)
+                dump_conns.append(dump_r)
+                proc = self.ctx.Process(target=_rank_main, args=(spec, result_w, dump_w),
+                                        name=f"{_RANK_NAME_PREFIX}{rank}", daemon=False)
+                procs.append(proc)
+                try:
+                    proc.start()
+                finally:
+                    result_w.close()
+                    dump_w.close()
+                with _pids_lock:
+                    _last_pids[:] = [p.pid for p in procs if p.pid is not None]
+            pids = [p.pid for p in procs]
+
+            results, failures = _collect(procs, conns, deadline)
+            if failures:
+                failures.sort(key=lambda f: not f.died)  # a dead process is the likely cause
+                first, others = failures[0], failures[1:]
+                _stop(procs)
+                raise RankFailedError(
+                    first.rank, first.summary, first.traceback, exitcode=first.exitcode,
+                    exc_type=first.exc_type, phase=first.phase,
+                    other_failures=[f"rank {f.rank}: {f.summary}" for f in others], pids=pids,
+                )
+            stuck = [rank for rank in range(world_size) if rank not in results]
+            if stuck:
+                stacks = _read_stacks(procs, dump_conns, stuck)
+                _stop(procs)
+                raise LaunchTimeoutError(stuck, self.timeout_s, finished=sorted(results),
+                                         stacks=stacks, pids=pids)
+            exit_deadline = time.monotonic() + _EXIT_GRACE_S
+            for p in procs:
+                p.join(max(0.0, exit_deadline - time.monotonic()))
+            return [results[rank] for rank in range(world_size)]
+        finally:
             _stop(procs)
-            raise RankFailedError(
-                first.rank, first.summary, first.traceback, exitcode=first.exitcode,
-                exc_type=first.exc_type,
-                other_failures=[f"rank {f.rank}: {f.summary}" for f in others], pids=pids,
-            )
-        stuck = [rank for rank in range(world_size) if rank not in results]
-        if stuck:
-            stacks = _read_stacks(procs, dump_conns, stuck)
-            _stop(procs)
-            raise LaunchTimeoutError(stuck, timeout_s, finished=sorted(results), stacks=stacks,
-                                     pids=pids)
-        exit_deadline = time.monotonic() + _EXIT_GRACE_S
-        for p in procs:
-            p.join(max(0.0, exit_deadline - time.monotonic()))
-        return [results[rank] for rank in range(world_size)]
-    finally:
-        _stop(procs)
-        for conn in conns + dump_conns:
-            with contextlib.suppress(OSError):
-                conn.close()
-        for p in procs:
-            with contextlib.suppress(ValueError, AttributeError):
-                p.close()
-        del store
+            for conn in conns + dump_conns:
+                with contextlib.suppress(OSError):
+                    conn.close()
+            for p in procs:
+                with contextlib.suppress(ValueError, AttributeError):
+                    p.close()
+            del store

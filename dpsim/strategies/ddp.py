@@ -8,9 +8,12 @@ as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bu
 all-reduce starts when its last gradient is ready and runs on a communication stream, one
 bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
 
-Every rank runs the same timeline, so the Trace holds rank 0 (device 0). A Workload
-lists layers, not tensors: by default each layer's gradients count as one tensor; pass
-`tensors` (see `grad_tensors(workload, names=...)`) for the exact buckets of a real model.
+Not modelled: DDP's own bookkeeping (copying each gradient into its bucket and back,
+a few hundred microseconds of Python per step on a CPU), and on CPUs the cores that
+communication takes from compute. Every rank runs the same timeline, so the Trace holds
+rank 0 (device 0). A Workload lists layers, not tensors: by default each layer's
+gradients count as one tensor; pass `tensors` (see `grad_tensors(workload, names=...)`)
+and `ready_order` for the exact buckets of a real model.
 """
 
 from __future__ import annotations

@@ -139,8 +139,9 @@ def cost_curves_figure(collective: str, world_size: int, link: Link,
                                      name="your setting", showlegend=col == 1), row=1, col=col)
     fig.add_hline(y=link.bandwidth_GBps, line={"dash": "dot"}, row=1, col=2,
                   annotation_text="link bandwidth", annotation_position="bottom right")
-    ticks = _tick_sizes(list(sizes_bytes)[::2])
+    ticks = _tick_sizes(list(sizes_bytes)[::3])
     fig.update_xaxes(type="log", title_text="message size", **ticks)
     fig.update_yaxes(type="log", title_text="milliseconds", row=1, col=1)
     fig.update_yaxes(title_text="GB/s", rangemode="tozero", row=1, col=2)
-    return finish(fig, f"{collective} on {world_size} ranks over {link.name}", height=380)
+    finish(fig, f"{collective} on {world_size} ranks over {link.name}", height=420)
+    return fig.update_layout(legend_y=-0.3)

@@ -16,10 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +94,7 @@ class LabServer:
     log_path: Path
     run_id: str  # marks every process this server started (env DPSIM_E2E_RUN)
     tree_prefix: str = ""  # "" when notebooks/ is the server root, else "notebooks/"
+    _shutdowns: list[threading.Thread] = field(default_factory=list)
 
     def api(self, method: str, path: str, timeout_s: float = 10.0) -> object:
         """Call the Jupyter REST API; return the decoded JSON (None for an empty body)."""
@@ -110,13 +112,29 @@ class LabServer:
         rel = f"{self.tree_prefix}{notebook.name}"
         return f"{self.base_url}/lab/tree/{rel}?token={self.token}&reset"
 
-    def shutdown_kernels(self) -> None:
-        """Shut down every kernel session (the next notebook gets the CPU to itself)."""
+    def shutdown_kernels(self, wait: bool = True) -> None:
+        """Shut down every kernel session (the next notebook gets the CPU to itself).
+
+        With wait=False the shutdown runs in a thread while the next notebook opens;
+        stop() waits for it.
+        """
         with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
             sessions = self.api("GET", "/api/sessions")
-            for s in sessions if isinstance(sessions, list) else []:
-                with contextlib.suppress(OSError, urllib.error.URLError):
-                    self.api("DELETE", f"/api/sessions/{s['id']}", timeout_s=20.0)
+            ids = [s["id"] for s in sessions] if isinstance(sessions, list) else []
+            thread = threading.Thread(target=self._delete_sessions, args=(ids,), daemon=True)
+            thread.start()
+            self._shutdowns.append(thread)
+        if wait:
+            self._join_shutdowns()
+
+    def _delete_sessions(self, ids: list[str]) -> None:
+        for session_id in ids:
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                self.api("DELETE", f"/api/sessions/{session_id}", timeout_s=20.0)
+
+    def _join_shutdowns(self) -> None:
+        while self._shutdowns:
+            self._shutdowns.pop().join(timeout=30.0)
 
     def log_tail(self, n_lines: int = 25) -> str:
         """The last lines the server wrote."""

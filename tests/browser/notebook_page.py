@@ -454,7 +454,7 @@ def check_notebook(
                     f"{notebook.name}: browser {line[:400]}"
                 )
         nb.close()
-        server.shutdown_kernels()
+        server.shutdown_kernels(wait=False)
         clock.lap("close")
     return result
 
