@@ -15,7 +15,7 @@ ifeq ($(PIN_TORCH),1)
   CONSTRAINTS := -c constraints/ci.txt
 endif
 
-.PHONY: lab test test-unit test-notebooks lint test-gpu bench exercises clean
+.PHONY: lab test lint test-gpu test-browser bench exercises clean
 
 $(STAMP): pyproject.toml constraints/ci.txt
 	@echo "dpsim: setting up $(VENV) (first time: about 1-3 minutes)"
@@ -41,6 +41,10 @@ test: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest tests -m gpu -p no:cacheprovider
+
+test-browser: $(STAMP)
+	bash .ci/install-browser
+	$(BIN)/python -m pytest tests/browser -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -40,6 +40,8 @@ def lab_command(port: int = 8888, token: str | None = None, open_browser: bool =
         f"--ServerApp.root_dir={root}",
         f"--ServerApp.open_browser={open_browser}",
     ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        argv.append("--allow-root")  # containers and CI run as root
     if (root / START_NOTEBOOK).exists():
         argv.append(START_NOTEBOOK)
     return argv, token

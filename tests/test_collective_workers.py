@@ -119,3 +119,15 @@ def test_fit_bad_input() -> None:
         fit_alpha_beta([1024, 2048], [0.0, 1e-3], 4)
     with pytest.raises(ValueError, match="world_size"):
         fit_alpha_beta([1024, 2048], [1e-3, 2e-3], 1)
+
+
+def test_calibrate_times_real_ranks_and_fits() -> None:
+    from dpsim.runtime.calibrate_links import calibrate
+
+    cal = calibrate(world_size=2, sizes_bytes=(4096, 1 << 20), repeats=1, backend="gloo")
+    assert cal.world_size == 2 and cal.sizes_bytes == (4096, 1 << 20)
+    assert all(t > 0 for t in cal.measured_s)
+    assert cal.link.bandwidth_GBps > 0 and cal.link.latency_us >= 0
+    assert "this machine" in cal.link.name
+    with pytest.raises(ValueError, match="impl"):
+        calibrate(impl="nccl-magic")

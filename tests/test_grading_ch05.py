@@ -71,22 +71,15 @@ def sum_only(model, world_size):  # type: ignore[no-untyped-def]
             dist.all_reduce(p.grad)
 
 
-def reduce_to_rank0(model, world_size):  # type: ignore[no-untyped-def]
-    for p in model.parameters():
-        if p.grad is not None:
-            dist.reduce(p.grad, dst=0)
-            p.grad /= world_size
-
-
 def test_5_2_right_answer_passes_on_real_ranks() -> None:
     result = run_check("5.2", average_gradients)
     assert result.ok, result.message
 
 
-def test_5_2_wrong_answers_are_caught_on_real_ranks() -> None:
-    for fn, hint in ((sum_only, "did not divide"), (reduce_to_rank0, "dist.reduce")):
-        result = run_check("5.2", fn)
-        assert not result.ok and hint in (result.message or ""), result.message
+def test_5_2_wrong_answer_is_caught_on_real_ranks() -> None:
+    """One launch; the other outcomes (reduce to rank 0, ...) are tested on classify()."""
+    result = run_check("5.2", sum_only)
+    assert not result.ok and "did not divide" in (result.message or ""), result.message
 
 
 def test_5_2_mistakes_found_before_launching() -> None:

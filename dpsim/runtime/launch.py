@@ -394,7 +394,6 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
         store.wait([f"joined/{r}" for r in range(spec.world_size)], timeout)
         phase = "fn"
         result = fn(spec.rank, spec.world_size, *args, **kwargs)
-        dist.destroy_process_group()
         phase = "result"
         try:
             message = ("ok", dill.dumps(result, recurse=True))
@@ -420,6 +419,13 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
             stream.flush()
     result_conn.send_bytes(pickle.dumps(message))
     result_conn.close()
+    if message[0] == "ok":
+        # Leave together: a rank that tears down its connections while a peer is still
+        # using them (even only finishing its connect) makes that peer fail.
+        with contextlib.suppress(Exception):
+            store.set(f"finished/{spec.rank}", "1")
+            store.wait([f"finished/{r}" for r in range(spec.world_size)], timeout)
+            dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------- parent side

@@ -40,10 +40,13 @@ def timeline(predicted: Trace | None, measured: Trace | None = None, device: int
             by_kind: dict[str, list[Any]] = {}
             for e in (e for e in events if e.stream == stream):
                 by_kind.setdefault(e.kind, []).append(e)
+            lanes = _lanes([e for e in events if e.stream == stream])
+            width = 0.8 / (max(lanes.values(), default=0) + 1)
             for kind, group in by_kind.items():
                 fig.add_trace(go.Bar(
                     orientation="h", y=[row] * len(group), base=[e.start_s * 1e3 for e in group],
                     x=[e.duration_s * 1e3 for e in group], name=kind, legendgroup=kind,
+                    width=width, offset=[-0.4 + lanes[id(e)] * width for e in group],
                     showlegend=kind not in seen, marker_color=color_for(kind),
                     marker_line={"width": 0.5, "color": "white"},
                     opacity=1.0 if src == "measured" else 0.75,
@@ -58,8 +61,25 @@ def timeline(predicted: Trace | None, measured: Trace | None = None, device: int
     fig.update_layout(barmode="overlay", bargap=0.35)
     fig.update_yaxes(categoryorder="array", categoryarray=rows)
     fig.update_xaxes(title="time from the start of the step (ms)")
-    return finish(fig, f"{title}<br><sup>step time — {'; '.join(notes)}</sup>",
-                  height=180 + 45 * len(rows))
+    fig = finish(fig, f"{title}<br><sup>step time — {'; '.join(notes)}</sup>",
+                 height=230 + 45 * len(rows))
+    fig.update_layout(legend_y=-0.45 if len(rows) <= 2 else -0.25)
+    return fig
+
+
+def _lanes(events: Sequence[Any]) -> dict[int, int]:
+    """A lane per event so that events overlapping in time (concurrent all-reduces) are
+    drawn side by side within their row: id(event) -> lane index (0 when none overlap)."""
+    ends: list[float] = []
+    out: dict[int, int] = {}
+    for e in sorted(events, key=lambda e: (e.start_s, e.end_s)):
+        lane = next((i for i, end in enumerate(ends) if end <= e.start_s + 1e-12), len(ends))
+        if lane == len(ends):
+            ends.append(e.end_s)
+        else:
+            ends[lane] = e.end_s
+        out[id(e)] = lane
+    return out
 
 
 def _segments(b: StepBreakdown) -> tuple[float, float, float]:
@@ -108,7 +128,7 @@ def bucket_sizes(predicted: Sequence[Any], observed: Sequence[Any] | None = None
     """Bytes per bucket; items need .index, .nbytes and .params (Bucket, ObservedBucket)."""
     fig = go.Figure()
     for name, buckets, colour in (("simulated", predicted, "#9ecae1"),
-                                  ("measured (real DDP)", observed, color_for("all_reduce"))):
+                                  ("real DDP", observed, color_for("all_reduce"))):
         if not buckets:
             continue
         fig.add_trace(go.Bar(

@@ -52,7 +52,8 @@ def gil_timeline(trace: Trace, title: str = "Who holds the GIL", unit: str = "ms
     fig.update_yaxes(categoryorder="array", categoryarray=[f"thread {t}" for t in
                                                            reversed(threads)])
     finish(fig, f"{title} ({trace.source}{sub})", xaxis_title=unit)
-    fig.update_layout(legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1.0,
+    fig.update_layout(legend={"orientation": "h", "yref": "paper", "y": 1.0,
+                              "yanchor": "bottom", "x": 1.0,
                               "xanchor": "right"}, margin={"t": 80})
     return fig
 

@@ -27,7 +27,8 @@ def _layout(title: str, domains: Sequence[tuple[float, float]], titles: Sequence
     layout: dict[str, Any] = {
         "title": {"text": title}, "height": height, "plot_bgcolor": "white",
         "paper_bgcolor": "white", "margin": {"l": 60, "r": 20, "t": 80, "b": 50},
-        "legend": {"orientation": "h", "y": -0.2}, "barmode": "stack", "annotations": [],
+        "legend": {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom"},
+        "barmode": "stack", "annotations": [],
     }
     for i, (dom, sub) in enumerate(zip(domains, titles, strict=True), start=1):
         sfx = "" if i == 1 else str(i)

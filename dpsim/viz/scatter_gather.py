@@ -93,11 +93,12 @@ def _annotations(step: PhaseStep, devices: list[int]) -> list[dict[str, object]]
                       "xref": "x", "yref": "y", "showarrow": False, "yshift": 9,
                       "text": human_bytes(nbytes), "bgcolor": "rgba(255,255,255,0.8)",
                       "font": {"size": 10, "color": "#E45756"}})
-    notes.append({"x": 0.0, "y": 1.0, "xref": "paper", "yref": "paper", "showarrow": False,
-                  "xanchor": "left", "yanchor": "bottom", "align": "left",
-                  "text": f"<b>{step.name}</b> ({_seconds(step.end_s - step.start_s)}): "
-                          f"{CAPTIONS.get(step.name, '')}"})
-    return notes
+    caption = {"x": 0.0, "y": 1.0, "xref": "paper", "yref": "paper", "showarrow": False,
+               "xanchor": "left", "yanchor": "bottom", "align": "left",
+               "text": f"<b>{step.name}</b> ({_seconds(step.end_s - step.start_s)}): "
+                       f"{CAPTIONS.get(step.name, '')}"}
+    # the caption comes first: plotly merges frame annotations by position
+    return [caption, *notes]
 
 
 def _seconds(t: float) -> str:
@@ -147,14 +148,21 @@ def scatter_gather(trace: Trace, unit: str = "MiB",
                                name=cat, marker_color=category_color(cat), legendgroup=cat))
         return data
 
+    n_notes = max(len(_annotations(s, devices)) for s in steps)
+
+    def notes_for(step: PhaseStep) -> list[dict[str, object]]:
+        # every frame gets as many annotations, so no arrow of an earlier phase lingers
+        notes = _annotations(step, devices)
+        return notes + [{"visible": False}] * (n_notes - len(notes))
+
     for tr in traces_for(steps[0]):
         fig.add_trace(tr, row=1 if isinstance(tr, go.Scatter) else 2, col=1)
     fig.frames = [go.Frame(name=s.name, data=traces_for(s),
-                           layout=go.Layout(annotations=_annotations(s, devices)))
+                           layout=go.Layout(annotations=notes_for(s)))
                   for s in steps]
     n_right = max(len(devices) - 1, 1)
     fig.update_layout(
-        annotations=_annotations(steps[0], devices), barmode="stack",
+        annotations=notes_for(steps[0]), barmode="stack",
         height=460 + 28 * n_right,
         sliders=[{"active": 0, "currentvalue": {"prefix": "phase: "}, "pad": {"t": 30},
                   "x": 0.08, "len": 0.92,
@@ -172,6 +180,7 @@ def scatter_gather(trace: Trace, unit: str = "MiB",
     fig.update_yaxes(range=[-0.7, n_right - 0.3], visible=False, row=1, col=1)
     fig.update_yaxes(title_text=f"{unit} held", row=2, col=1)
     finish(fig, f"{title} ({trace.source})")
-    fig.update_layout(margin={"t": 90}, legend={"orientation": "v", "x": 1.02, "y": 0.45})
+    fig.update_layout(margin={"t": 90}, legend={"orientation": "v", "yref": "paper", "x": 1.02,
+                                                  "y": 0.45})
     return fig
 

@@ -54,7 +54,7 @@ def finish(fig: go.Figure, title: str, **layout: Any) -> go.Figure:
         title=title,
         template="plotly_white",
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom"},
         **layout,
     )
     return fig

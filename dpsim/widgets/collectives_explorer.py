@@ -98,7 +98,8 @@ def collectives_explorer(preset: str = "NVLink node") -> widgets.VBox:
         "collective": widgets.Dropdown(options=list(COLLECTIVES), value="all_reduce",
                                        description="collective"),
         "algorithm": widgets.ToggleButtons(options=list(ALGORITHMS), value="ring",
-                                           description="algorithm"),
+                                           description="algorithm",
+                                           style={"button_width": "auto"}),
         "world_size": widgets.IntSlider(value=start.world_size, min=2, max=1024,
                                         description="N ranks", continuous_update=False),
         "nbytes": widgets.SelectionSlider(
