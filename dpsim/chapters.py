@@ -27,7 +27,7 @@ CHAPTERS: tuple[Chapter, ...] = (
             "memory and step time for any batch, model preset and device"),
     Chapter(2, "02_collectives.ipynb", "Collectives and the all-reduce ring",
             "collectives on gloo processes, a hand-written ring all-reduce",
-            "the same over NCCL", 2, "alpha-beta cost of every collective at any scale"),
+            "the same over NCCL", 4, "alpha-beta cost of every collective at any scale"),
     Chapter(3, "03_data_parallel.ipynb", "DataParallel: scatter, replicate, gather",
             "DataParallel re-enacted with threads over virtual devices",
             "the real nn.DataParallel, timed and measured per device", 2,

@@ -20,6 +20,7 @@ the rank's environment variables are set.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import faulthandler
@@ -426,6 +427,20 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
             store.set(f"finished/{spec.rank}", "1")
             store.wait([f"finished/{r}" for r in range(spec.world_size)], timeout)
             dist.destroy_process_group()
+    _fast_exit(0 if message[0] == "ok" else 1)
+
+
+def _fast_exit(code: int) -> None:
+    """End this rank: run atexit handlers, flush stdio, skip the interpreter teardown.
+
+    With torch loaded the teardown takes ~0.5 s of CPU per rank, most of a small launch.
+    """
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.flush()
+    os._exit(code)
 
 
 # --------------------------------------------------------------------------- parent side
