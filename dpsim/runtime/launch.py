@@ -1,16 +1,23 @@
 """Run a Python function on N ranks of a real `torch.distributed` process group.
 
 `launch(fn, world_size)` starts one fresh Python process per rank (the `multiprocess`
-package, spawn start method, dill pickling, so functions defined in a notebook cell work),
-joins them into a process group and returns `[fn(0, N), fn(1, N), ...]`.
+package, spawn start method), joins them into a process group and returns
+`[fn(0, N), fn(1, N), ...]`. `fn` and its arguments are shipped with dill (globals it uses
+included), so lambdas, closures and functions defined in a notebook cell work; the
+launching script's `__main__` is not re-run in the ranks.
 
 How it stays reliable in a notebook:
 
-* the launching process hosts the rendezvous `TCPStore` on a port the OS picks (port 0),
-  so two launches at the same moment never race for a port;
+* the launching process hosts the rendezvous `TCPStore` on a socket it bound to
+  `master_addr` with port 0 (the OS picks a free port), so concurrent launches never race
+  for a port and, by default, nothing listens beyond loopback (gloo is pinned to the
+  loopback interface too);
+* ranks start `fn` only once all of them joined the group, and leave together; a join that
+  fails with a transient connection error is retried with fresh processes;
 * a rank that raises, dies or hangs is reported as `RankFailedError` or
-  `LaunchTimeoutError`, and every rank process is stopped (SIGTERM, then SIGKILL) and
-  reaped before `launch` returns or raises, KeyboardInterrupt included;
+  `LaunchTimeoutError` (with the Python stacks of hung ranks), and every rank process is
+  stopped (SIGTERM, then SIGKILL) and reaped before `launch` returns or raises,
+  KeyboardInterrupt included;
 * rank processes kill themselves when the launching process dies (PR_SET_PDEATHSIG on
   Linux, a parent-watching thread elsewhere), so a kernel restart leaves no orphans.
 
@@ -670,13 +677,18 @@ def launch(
 ) -> list[Any]:
     """Run `fn(rank, world_size, *args, **kwargs)` on `world_size` ranks; return results by rank.
 
-    Each rank is a fresh Python process (spawned) in which `torch.distributed` is already
-    initialised (`backend`: "gloo", "nccl", or "auto" = nccl when there is one GPU per rank,
-    else gloo) and destroyed after `fn` returns. `fn`, `args` and `kwargs` are shipped with
-    dill, so lambdas, closures and functions defined in a notebook cell work; return values
-    come back the same way. `timeout_s` (seconds, > 0, may be inf) bounds the whole launch,
-    start-up included. `env` adds environment variables in the ranks. Prints of the ranks
-    go to this process's stdout/stderr (the notebook).
+    Each rank is a fresh Python process (spawned) in which the default process group is
+    initialised when `fn` starts (`backend`: "gloo", "nccl", or "auto" = nccl when there is
+    one GPU per rank, else gloo; with nccl, rank r uses cuda:r) and destroyed after `fn`
+    returns. `fn`, `args`, `kwargs` and the return values travel with dill.
+
+    `world_size`: 1..64 ranks. `timeout_s`: seconds (> 0, may be inf) for the whole launch,
+    start-up (about 1.5 s per rank-core: each rank imports torch) included. `master_addr`:
+    address of this machine the rendezvous binds to (loopback by default). `env`: extra
+    environment variables for the ranks (set before torch is imported there). Unless
+    OMP_NUM_THREADS is set, each rank uses usable-CPUs // world_size intra-op threads.
+    Prints of the ranks go to this process's stdout/stderr (so to the notebook). Ranks
+    end with os._exit after atexit handlers: files they write should be closed in `fn`.
 
     Raises `RankFailedError` when a rank raises or dies, `LaunchTimeoutError` when ranks do
     not finish in time, `ValueError` for bad arguments. All rank processes are gone when
