@@ -10,6 +10,7 @@ from plotly.subplots import make_subplots
 from dpsim.memory import MemoryBreakdown, fsdp_shard_rows
 from dpsim.trace import Trace
 from dpsim.viz.style import CATEGORY_COLORS, color_for, finish
+from dpsim.viz.timeline import timeline
 
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "GB": 1e9}
 TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
@@ -22,33 +23,7 @@ def fsdp_timeline(traces: Mapping[str, Trace], title: str = "FSDP step, unit by 
 
     `traces` maps a row name ("prefetch on", "measured") to a Trace; hover shows the unit.
     """
-    scale = TIME_UNITS[unit]
-    fig = go.Figure()
-    rows: list[str] = []
-    shown: set[str] = set()
-    for name, tr in traces.items():
-        groups: dict[str, list[tuple[str, float, float, str]]] = {}
-        for ev in tr.events:
-            if devices is not None and ev.device not in devices:
-                continue
-            dev = f" · rank {ev.device}" if len(tr.devices) > 1 else ""
-            row = f"{name}{dev} · {ev.stream}"
-            if row not in rows:
-                rows.append(row)
-            groups.setdefault(ev.kind, []).append((row, ev.start_s, ev.end_s, ev.label))
-        for kind, evs in groups.items():
-            fig.add_bar(
-                x=[(e - s) * scale for _, s, e, _ in evs], base=[s * scale for _, s, _, _ in evs],
-                y=[r for r, _, _, _ in evs], customdata=[lab for _, _, _, lab in evs],
-                orientation="h", name=kind, legendgroup=kind, showlegend=kind not in shown,
-                marker_color=color_for(kind),
-                marker_pattern_shape="" if tr.source == "measured" else "/",
-                hovertemplate=f"{kind} %{{customdata}}<br>start %{{base:.3f}} {unit}, "
-                              f"%{{x:.3f}} {unit}<extra>{name} ({tr.source})</extra>")
-            shown.add(kind)
-    fig.update_layout(barmode="overlay", height=140 + 38 * len(rows))
-    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(rows)))
-    return finish(fig, title, xaxis_title=unit)
+    return timeline(traces, title=title, unit=unit, devices=devices)
 
 
 def memory_timelines(traces: Mapping[str, Trace], device: int = 0, unit: str = "GiB",

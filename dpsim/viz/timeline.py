@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -10,17 +10,31 @@ from dpsim.trace import Trace
 from dpsim.viz.style import color_for, finish
 
 
-def timeline(traces: Trace | Sequence[Trace], title: str = "Timeline", unit: str = "ms",
+def timeline(traces: Trace | Sequence[Trace] | Mapping[str, Trace], title: str = "Timeline",
+             unit: str = "ms", devices: Sequence[int] | None = None,
              max_events: int = 5000) -> go.Figure:
-    """Horizontal bars per (source, device, stream); several traces are stacked as rows."""
+    """Horizontal bars per (name, device, stream); one bar per event, one colour per kind.
+
+    A mapping names each trace's rows ("prefetch on", "measured"); otherwise rows are
+    named by the trace's source. `devices` keeps only those devices' rows.
+    """
     scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
-    items = [traces] if isinstance(traces, Trace) else list(traces)
+    if isinstance(traces, Trace):
+        named = [(traces.source, traces)]
+    elif isinstance(traces, Mapping):
+        named = list(traces.items())
+    else:
+        named = [(tr.source, tr) for tr in traces]
     fig = go.Figure()
     rows: list[str] = []
-    for tr in items:
+    shown: set[str] = set()
+    for name, tr in named:
         groups: dict[str, list[tuple[str, float, float, str]]] = {}
+        many = len(tr.devices) > 1
         for ev in tr.events[:max_events]:
-            row = f"{tr.source} · dev {ev.device} · {ev.stream}"
+            if devices is not None and ev.device not in devices:
+                continue
+            row = f"{name} · dev {ev.device} · {ev.stream}" if many else f"{name} · {ev.stream}"
             if row not in rows:
                 rows.append(row)
             groups.setdefault(ev.kind, []).append((row, ev.start_s, ev.end_s, ev.label))
@@ -28,13 +42,14 @@ def timeline(traces: Trace | Sequence[Trace], title: str = "Timeline", unit: str
             fig.add_bar(
                 x=[(e - s) * scale for _, s, e, _ in evs], base=[s * scale for _, s, _, _ in evs],
                 y=[r for r, _, _, _ in evs], customdata=[lab for _, _, _, lab in evs],
-                orientation="h", name=f"{kind} ({tr.source})", legendgroup=kind,
+                orientation="h", name=kind, legendgroup=kind, showlegend=kind not in shown,
                 marker_color=color_for(kind),
                 marker_pattern_shape="" if tr.source == "measured" else "/",
                 hovertemplate=f"{kind} %{{customdata}}<br>start %{{base:.3f}} {unit}, "
-                              f"%{{x:.3f}} {unit}<extra>{tr.source}</extra>",
+                              f"%{{x:.3f}} {unit}<extra>{name} ({tr.source})</extra>",
             )
-    fig.update_layout(barmode="overlay", height=160 + 40 * len(rows))
+            shown.add(kind)
+    fig.update_layout(barmode="overlay", height=140 + 40 * len(rows))
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(rows)))
     return finish(fig, title, xaxis_title=unit)
 
