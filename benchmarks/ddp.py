@@ -3,12 +3,14 @@
     .venv/bin/python -m benchmarks.ddp [--quick]
 
 1. Overhead: on 2 gloo ranks, a plain DDP model and one with `DDPRecorder` attached
-   (comm hook + per-parameter gradient hooks) train the same step, in alternating blocks;
-   overhead = median recorded step / median plain step - 1 (goal: <= 5 %).
+   (comm hook + per-parameter gradient hooks) train the same step, one step of each in
+   turn; overhead = median recorded step / median plain step - 1 (goal: <= 5 %).
 2. Prediction: in one launch the ranks calibrate this machine (achieved FLOP/s, memory
    bandwidth and per-operator overhead per rank, and the gloo all-reduce's alpha and beta),
    then time plain DDP steps of several models; `dpsim.strategies.ddp.simulate` with the
-   calibrated Device and Link predicts each step time (goal: median error <= 20 %).
+   calibrated Device and Link predicts each step time (goal: median error <= 20 %). This
+   is repeated in `TRIALS` launches (calibration included), since a small CPU machine's
+   gloo latency varies from minute to minute; the median is over every config and trial.
 
 Writes benchmarks/results/ddp.json (every number measured in this one run).
 """
@@ -27,6 +29,8 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ddp.json"
 WORLD_SIZE = 2
+TRIALS = 3
+CALIBRATIONS = 5
 
 
 def _configs() -> list[Any]:
@@ -44,9 +48,9 @@ def _configs() -> list[Any]:
     ]
 
 
-def overhead_rank(rank: int, world_size: int, cfgs: list[Any], blocks: int, steps: int
+def overhead_rank(rank: int, world_size: int, cfgs: list[Any], pairs: int
                   ) -> list[dict[str, float]]:
-    """Per config: median step seconds of plain and recorded DDP, alternating blocks."""
+    """Per config: median step seconds of plain and recorded DDP, one step of each in turn."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -65,35 +69,41 @@ def overhead_rank(rank: int, world_size: int, cfgs: list[Any], blocks: int, step
             recorder = DDPRecorder(ddp) if name == "recorded" else None
             runs[name] = (ddp, recorder, build_optimizer(cfg.optimizer, ddp.parameters(), cfg.lr))
         times: dict[str, list[float]] = {"plain": [], "recorded": []}
-        for block in range(blocks + 1):  # block 0 warms both up (and rebuilds buckets)
+        for pair in range(pairs + 3):  # 3 warm-up pairs (DDP rebuilds its buckets in step 2)
             for name, (ddp, recorder, opt) in runs.items():
-                for _ in range(steps):
-                    dist.barrier()
-                    if recorder is not None:
-                        recorder.begin()
-                    t0 = time.perf_counter()
-                    opt.zero_grad(set_to_none=True)
-                    loss = nn.functional.cross_entropy(ddp(x), y)
-                    t1 = time.perf_counter()
-                    loss.backward()
-                    t2 = time.perf_counter()
-                    opt.step()
-                    t3 = time.perf_counter()
-                    if recorder is not None:
-                        recorder.end(t1, t2, t3)
-                    if block:
-                        times[name].append(t3 - t0)
+                dist.barrier()
+                if recorder is not None:
+                    recorder.begin()
+                t0 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                loss = nn.functional.cross_entropy(ddp(x), y)
+                t1 = time.perf_counter()
+                loss.backward()
+                t2 = time.perf_counter()
+                opt.step()
+                t3 = time.perf_counter()
+                if recorder is not None:
+                    recorder.end(t1, t2, t3)
+                if pair >= 3:
+                    times[name].append(t3 - t0)
         out.append({k: statistics.median(v) for k, v in times.items()})
     return out
 
 
 def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
-    """Calibrate this machine on every rank at once, then time plain DDP steps per config."""
+    """Calibrate this machine on every rank at once, then time plain DDP steps per config.
+
+    The calibration's short timings vary from run to run on a small machine, so each
+    figure is the median of CALIBRATIONS calibrations, and the link gets 16 repeats.
+    """
     from dpsim.runtime.calibrate import calibrate_device
     from dpsim.runtime.ddp_recorder import measure_link, record_rank
 
-    link = measure_link()
-    device = calibrate_device("cpu")
+    link = measure_link(repeats=16)
+    devices = [calibrate_device("cpu") for _ in range(CALIBRATIONS)]
+    device = replace(devices[0], **{
+        k: statistics.median(getattr(d, k) for d in devices)
+        for k in ("fp32_tflops", "bf16_tflops", "mem_bw_GBps", "op_overhead_us")})
     runs = [record_rank(rank, world_size, cfg, warmup=3, record=False) for cfg in cfgs]
     return {"device": device, "link": link, "runs": runs}
 
@@ -110,22 +120,34 @@ def main(argv: list[str] | None = None) -> int:
     from dpsim.runtime.launch import launch
 
     cfgs = _configs()
-    blocks, steps = (2, 5) if args.quick else (4, 15)
+    pairs = 20 if args.quick else 100
     started = time.perf_counter()
-    overhead = launch(overhead_rank, WORLD_SIZE, args=(cfgs, blocks, steps), backend="gloo",
+    overhead = launch(overhead_rank, WORLD_SIZE, args=(cfgs, pairs), backend="gloo",
                       timeout_s=600)[0]
-    measured = launch(predict_rank, WORLD_SIZE, args=(cfgs,), backend="gloo", timeout_s=600)
-    device, link = measured[0]["device"], measured[0]["link"]
+    trials = []
+    for _ in range(1 if args.quick else TRIALS):
+        measured = launch(predict_rank, WORLD_SIZE, args=(cfgs,), backend="gloo",
+                          timeout_s=600)
+        trials.append(measured)
     rows = []
     for i, cfg in enumerate(cfgs):
-        recording = DDPRecording(cfg, [m["runs"][i] for m in measured])
-        predicted = recording.predict(device, link).meta["step_time_s"]
+        runs = []
+        for measured in trials:
+            device, link = measured[0]["device"], measured[0]["link"]
+            recording = DDPRecording(cfg, [m["runs"][i] for m in measured])
+            trace = recording.predict(device, link)
+            runs.append({"measured_step_s": recording.step_time_s,
+                         "predicted_step_s": trace.meta["step_time_s"],
+                         "n_buckets": len(trace.meta["buckets"])})
+        errors = [abs(r["predicted_step_s"] - r["measured_step_s"]) / r["measured_step_s"]
+                  for r in runs]
         rows.append({
             "config": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
-            "n_buckets_predicted": len(recording.predict(device, link).meta["buckets"]),
-            "measured_step_s": recording.step_time_s,
-            "predicted_step_s": predicted,
-            "error": abs(predicted - recording.step_time_s) / recording.step_time_s,
+            "n_buckets_predicted": runs[0]["n_buckets"],
+            "measured_step_s": [r["measured_step_s"] for r in runs],
+            "predicted_step_s": [r["predicted_step_s"] for r in runs],
+            "errors": errors,
+            "error": statistics.median(errors),
             "recorder_overhead": overhead[i]["recorded"] / overhead[i]["plain"] - 1,
             "plain_step_s": overhead[i]["plain"],
             "recorded_step_s": overhead[i]["recorded"],
@@ -136,10 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         "backend": "gloo",
         "recorder_overhead_median": statistics.median(r["recorder_overhead"] for r in rows),
         "recorder_overhead_goal": 0.05,
-        "prediction_error_median": statistics.median(r["error"] for r in rows),
+        "prediction_error_median": statistics.median(e for r in rows for e in r["errors"]),
+        "prediction_error_median_per_trial": [
+            statistics.median(r["errors"][t] for r in rows) for t in range(len(trials))],
         "prediction_error_goal": 0.20,
-        "calibrated_device": asdict(device),
-        "calibrated_link": asdict(link),
+        "calibrated_devices": [asdict(m[0]["device"]) for m in trials],
+        "calibrated_links": [asdict(m[0]["link"]) for m in trials],
         "rows": rows,
         "machine": {
             "platform": platform.platform(), "python": platform.python_version(),
@@ -157,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         c = r["config"]
         print(f"  {c['model']} h{c['hidden']} d{c['depth']} b{c['batch_size']} "
-              f"cap {c['bucket_cap_mb']}: measured {r['measured_step_s'] * 1e3:.2f} ms, "
-              f"predicted {r['predicted_step_s'] * 1e3:.2f} ms ({r['error']:.0%}), "
+              f"cap {c['bucket_cap_mb']}: measured {r['measured_step_s'][0] * 1e3:.2f} ms, "
+              f"predicted {r['predicted_step_s'][0] * 1e3:.2f} ms (median error "
+              f"{r['error']:.0%}), "
               f"recorder {r['recorder_overhead']:+.1%}")
     print(f"wrote {RESULTS}")
     return 0

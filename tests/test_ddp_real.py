@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from dpsim.runtime.ddp_options import options_rank
 from dpsim.runtime.ddp_recorder import (
@@ -25,6 +26,7 @@ from dpsim.runtime.ddp_train import (
     build_model,
     global_batches,
     max_param_difference,
+    run_ddp,
     train_global_batch,
     train_rank,
 )
@@ -167,3 +169,15 @@ def test_bad_configs_are_refused_before_launching() -> None:
         DDPRunConfig(model="cnn", n_features=50)
     with pytest.raises(ValueError, match="batch_size"):
         DDPRunConfig(n_samples=32, batch_size=20).check_world_size(2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 CUDA GPUs (NCCL, one per rank)")
+def test_ddp_over_nccl_matches_one_process() -> None:
+    cfg = DDPRunConfig(n_samples=96, batch_size=8, steps=4, progress=False)
+    run = run_ddp(cfg, world_size=2, backend="nccl")
+    assert run.ranks[0].backend == "nccl"
+    assert run.max_rank_difference() == 0.0
+    assert max_param_difference(run.ranks[0].params,
+                                train_global_batch(cfg, 2).params) < 1e-4  # GPU vs CPU

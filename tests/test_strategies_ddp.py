@@ -20,6 +20,7 @@ from dpsim.strategies.ddp import (
     MiB,
     breakdown,
     build_buckets,
+    copy_time_s,
     grad_tensors,
     scaling,
     simulate,
@@ -93,13 +94,20 @@ def test_grad_tensors_map_parameter_names_to_layers() -> None:
 
 
 # --- the timeline --------------------------------------------------------------------------
-def test_one_rank_has_the_compute_of_a_single_device_and_free_communication() -> None:
+def test_one_rank_is_a_single_device_plus_ddp_bookkeeping_and_free_communication() -> None:
     w = get_workload("gpt2-124m")
-    cfg = DDPConfig(batch_size=4, optimizer="adam")
-    ddp = simulate(w, get_cluster("h100-node").with_devices(1), cfg)
-    one = single.simulate(w, get_cluster("h100-node").device, single.SingleConfig(batch_size=4))
-    assert ddp.meta["step_time_s"] == pytest.approx(one.meta["step_time_s"], rel=1e-12)
-    assert all(e.duration_s == 0 for e in ddp.filter(stream="comm"))
+    device = get_cluster("h100-node").device
+    one = single.simulate(w, device, single.SingleConfig(batch_size=4)).meta["step_time_s"]
+    hooks = w.n_param_tensors * device.op_overhead_us * 1e-6
+    view = simulate(w, get_cluster("h100-node").with_devices(1),
+                    DDPConfig(batch_size=4, gradient_as_bucket_view=True))
+    assert view.meta["step_time_s"] == pytest.approx(one + hooks, rel=1e-12)
+    assert all(e.duration_s == 0 for e in view.filter(stream="comm"))
+    copy = simulate(w, get_cluster("h100-node").with_devices(1), DDPConfig(batch_size=4))
+    grad_bytes = 4 * w.n_params  # fp32 gradients, copied into the buckets and back
+    assert copy.meta["step_time_s"] == pytest.approx(
+        one + hooks + 2 * copy_time_s(grad_bytes, device), rel=1e-12)
+    assert copy_time_s(grad_bytes, device) == 2 * grad_bytes / (device.mem_bw_GBps * 1e9)
 
 
 def test_each_bucket_costs_a_ring_all_reduce_and_starts_when_it_is_ready() -> None:
@@ -117,8 +125,9 @@ def test_each_bucket_costs_a_ring_all_reduce_and_starts_when_it_is_ready() -> No
         last_layer = min(int(p[1:]) for p in bucket["params"])
         assert event.start_s == pytest.approx(max(ready[f"l{last_layer}"], free))
         free = event.end_s
-    assert trace.filter(kind="optimizer")[0].start_s == pytest.approx(
-        max(free, max(ready.values())))
+    copy = trace.filter(kind="copy")[0]  # buckets back into p.grad, then the optimizer
+    assert copy.start_s == pytest.approx(max(free, max(ready.values())))
+    assert trace.filter(kind="optimizer")[0].start_s == pytest.approx(copy.end_s)
 
 
 def test_without_overlap_every_all_reduce_waits_for_backward() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from dpsim.strategies.ddp import Bucket, DDPConfig, MiB, build_buckets, grad_ten
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_int
 from dpsim.workload import Workload
+
+SWITCH_INTERVAL_S = 1e-4  # GIL switch interval while a step is recorded (Python's default: 5e-3)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class DDPRecorder:
         self._ready: dict[str, float] = {}
         self._t0 = 0.0
         self._step = 0
+        self._switch_s = sys.getswitchinterval()
         ddp.register_comm_hook(None, self._hook)
         for name, p in ddp.module.named_parameters():
             if p.requires_grad:
@@ -123,7 +127,14 @@ class DDPRecorder:
         return future.then(done)
 
     def begin(self) -> None:
-        """Mark the start of a step (call before forward)."""
+        """Mark the start of a step (call before forward).
+
+        Until end(), the GIL switch interval is lowered to SWITCH_INTERVAL_S so that the
+        all-reduce completion callbacks (gloo's thread) get the GIL promptly instead of
+        waiting up to 5 ms: the recorder should not slow the step it records.
+        """
+        self._switch_s = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch_s, SWITCH_INTERVAL_S))
         self._step += 1
         self._comm.clear()
         self._ready.clear()
@@ -131,6 +142,7 @@ class DDPRecorder:
 
     def end(self, forward_end: float, backward_end: float, step_end: float) -> None:
         """Turn the step's timestamps (time.perf_counter) into events of this rank."""
+        sys.setswitchinterval(self._switch_s)
         t0, r = self._t0, self.rank
         events = [Event(r, "compute", "forward", 0.0, forward_end - t0, label="forward")]
         layers: dict[str, float] = {}
@@ -168,19 +180,25 @@ class RankRecording:
     link: Link | None = None  # fitted from timed all-reduces, when asked
 
 
-def measure_link(sizes: tuple[int, ...] = (1 << 12, 1 << 16, 1 << 19, 1 << 20),
-                 repeats: int = 5) -> Link:
+LINK_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)  # bytes, 4 KiB-16 MiB
+
+
+def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 8) -> Link:
     """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
 
     Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives),
-    with t the median of `repeats` timed all-reduces per size (slowest rank).
+    with t the MEAN of `repeats` timed all-reduces per size (slowest rank): on a CPU the
+    times of small all-reduces jump between two modes (a busy and a sleeping peer), and
+    the mean is what a training step pays on average.
     """
     from dpsim.runtime.collective_workers import time_all_reduce
 
-    n = dist.get_world_size()
-    times = time_all_reduce(dist.get_rank(), n, sizes, repeats, impls=("torch",))["torch"]
+    n, rank = dist.get_world_size(), dist.get_rank()
+    samples = [time_all_reduce(rank, n, sizes, 1, impls=("torch",))["torch"]
+               for _ in range(repeats)]
     xs = [2 * (n - 1) / n * nbytes for nbytes in sizes]
-    slope, intercept = _fit_line(xs, [times[int(nbytes)] for nbytes in sizes])
+    ys = [statistics.fmean(s[int(nbytes)] for s in samples) for nbytes in sizes]
+    slope, intercept = _fit_line(xs, ys)
     latency_us = max(intercept / max(2 * (n - 1), 1), 0.0) * 1e6
     bandwidth = 1 / slope / 1e9 if slope > 0 else 1e3
     return Link(f"gloo all-reduce, {n} ranks (measured)", bandwidth, latency_us)

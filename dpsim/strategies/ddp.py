@@ -8,12 +8,15 @@ as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bu
 all-reduce starts when its last gradient is ready and runs on a communication stream, one
 bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
 
-Not modelled: DDP's own bookkeeping (copying each gradient into its bucket and back,
-a few hundred microseconds of Python per step on a CPU), and on CPUs the cores that
-communication takes from compute. Every rank runs the same timeline, so the Trace holds
-rank 0 (device 0). A Workload lists layers, not tensors: by default each layer's
-gradients count as one tensor; pass `tensors` (see `grad_tensors(workload, names=...)`)
-and `ready_order` for the exact buckets of a real model.
+DDP's bookkeeping is modelled as one operator's overhead per gradient (its autograd hook)
+and, unless `gradient_as_bucket_view`, a copy of every gradient into its bucket and of
+the averaged buckets back into p.grad. Not modelled: DDP's Python work per step, and on
+CPUs the cores that communication takes from compute.
+
+Every rank runs the same timeline, so the Trace holds rank 0 (device 0). A Workload lists
+layers, not tensors: by default each layer's gradients count as one tensor; pass
+`tensors` (see `grad_tensors(workload, names=...)`) and `ready_order` for the exact
+buckets of a real model.
 """
 
 from __future__ import annotations
@@ -183,7 +186,14 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
                     for b in buckets],
     })
     _memory_samples(trace, workload, cfg, sum(b.nbytes for b in buckets))
-    t = _compute_events(trace, workload, device, cfg)
+    per_layer: dict[int, tuple[int, int]] = {}  # layer -> (gradient tensors, bytes)
+    if tensors is None:
+        per_layer = {i: (layer.n_param_tensors, layer.n_params * DTYPE_BYTES[cfg.dtype])
+                     for i, layer in enumerate(workload.layers)}
+    for g in grads if tensors is not None else ():
+        count, nbytes = per_layer.get(g.layer, (0, 0))
+        per_layer[g.layer] = (count + 1, nbytes + g.nbytes)
+    t = _compute_events(trace, workload, device, cfg, per_layer)
     backward_end = t
     ready = {e.label: e.end_s for e in trace.filter(kind="backward")}
     comm_free = 0.0
@@ -196,21 +206,39 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
                         f"bucket {bucket.index}"))
         comm_free = end
     start = max(backward_end, comm_free)
+    if not cfg.gradient_as_bucket_view:  # the averaged buckets are copied back into p.grad
+        d = copy_time_s(sum(b.nbytes for b in buckets), device)
+        trace.add(Event(0, "compute", "copy", start, start + d, label="buckets -> p.grad"))
+        start += d
     d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, cfg.optimizer)
     trace.add(Event(0, "compute", "optimizer", start, start + d, label=cfg.optimizer))
     trace.meta["step_time_s"] = start + d
     return trace
 
 
-def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPConfig) -> float:
-    """Add forward and backward events per layer; return the time backward ends."""
+def copy_time_s(nbytes: int, device: Device) -> float:
+    """Seconds to copy `nbytes` once in device memory (read + write)."""
+    return 2 * nbytes / (device.mem_bw_GBps * 1e9)
+
+
+def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPConfig,
+                    per_layer: dict[int, tuple[int, int]]) -> float:
+    """Add forward and backward events per layer; return the time backward ends.
+
+    A layer's backward also pays DDP's hook per gradient tensor (one operator's overhead)
+    and, without gradient_as_bucket_view, the copy of its gradient bytes into the buckets.
+    """
     t = 0.0
     for layer in workload.layers:
         d = forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
         trace.add(Event(0, "compute", "forward", t, t + d, label=layer.name))
         t += d
-    for layer in reversed(workload.layers):
+    for index in reversed(range(len(workload.layers))):
+        layer = workload.layers[index]
+        count, nbytes = per_layer.get(index, (0, 0))
         d = backward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        d += count * device.op_overhead_us * 1e-6
+        d += 0.0 if cfg.gradient_as_bucket_view else copy_time_s(nbytes, device)
         trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
         t += d
     return t
