@@ -27,14 +27,14 @@ lab: $(STAMP)
 	$(BIN)/python -m dpsim lab
 
 lint: $(STAMP)
-	$(BIN)/ruff check dpsim tests benchmarks
+	$(BIN)/ruff check dpsim tests benchmarks scripts
 	$(BIN)/mypy dpsim
 
 exercises: $(STAMP)
 	$(BIN)/python -m dpsim exercises build
 
 test: $(STAMP)
-	$(BIN)/ruff check dpsim tests benchmarks
+	$(BIN)/ruff check dpsim tests benchmarks scripts
 	$(BIN)/mypy dpsim
 	$(BIN)/python -m dpsim exercises check
 	$(BIN)/python -m pytest tests notebooks solutions --nbval-lax --nbval-current-env -p no:cacheprovider
