@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     run = train_rank(rank, world_size, cfg)
     print(f"rank {rank}/{world_size}: final loss {run.losses[-1]:.4f}, "
           f"checksum {run.checksum_final:.6f}", flush=True)
+    dist.barrier()  # no rank tears its connections down while a peer still uses them
     dist.destroy_process_group()
     return 0
 
