@@ -51,11 +51,9 @@ def _configs() -> list[Any]:
 def overhead_rank(rank: int, world_size: int, cfgs: list[Any], pairs: int
                   ) -> list[dict[str, float]]:
     """Per config: median step seconds of plain and recorded DDP, one step of each in turn."""
-    import torch.distributed as dist
-    from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dpsim.runtime.ddp_recorder import DDPRecorder
+    from dpsim.runtime.ddp_recorder import DDPRecorder, timed_step
     from dpsim.runtime.ddp_train import build_dataset, build_model
     from dpsim.runtime.optimizers import build_optimizer
 
@@ -71,21 +69,9 @@ def overhead_rank(rank: int, world_size: int, cfgs: list[Any], pairs: int
         times: dict[str, list[float]] = {"plain": [], "recorded": []}
         for pair in range(pairs + 3):  # 3 warm-up pairs (DDP rebuilds its buckets in step 2)
             for name, (ddp, recorder, opt) in runs.items():
-                dist.barrier()
-                if recorder is not None:
-                    recorder.begin()
-                t0 = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                loss = nn.functional.cross_entropy(ddp(x), y)
-                t1 = time.perf_counter()
-                loss.backward()
-                t2 = time.perf_counter()
-                opt.step()
-                t3 = time.perf_counter()
-                if recorder is not None:
-                    recorder.end(t1, t2, t3)
+                step_s = timed_step(ddp, opt, x, y, recorder)
                 if pair >= 3:
-                    times[name].append(t3 - t0)
+                    times[name].append(step_s)
         out.append({k: statistics.median(v) for k, v in times.items()})
     return out
 

@@ -211,6 +211,25 @@ def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
+def timed_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               recorder: DDPRecorder | None, keep: bool = True) -> float:
+    """One synchronised training step; return its seconds and, if `keep`, record it."""
+    dist.barrier()
+    if recorder is not None:
+        recorder.begin()
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(ddp(x), y)
+    t1 = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    opt.step()
+    t3 = time.perf_counter()
+    if recorder is not None and keep:
+        recorder.end(t1, t2, t3)
+    return t3 - t0
+
+
 def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
                 record: bool = True, calibrate: bool = False) -> RankRecording:
     """Train `cfg.steps` timed steps after `warmup` (DDP rebuilds its buckets in step 2)."""
@@ -231,21 +250,9 @@ def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
     y = y[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
     times: list[float] = []
     for step in range(warmup + cfg.steps):
-        dist.barrier()
-        if recorder is not None:
-            recorder.begin()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(ddp(x), y)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        t3 = time.perf_counter()
+        step_s = timed_step(ddp, opt, x, y, recorder, keep=step >= warmup)
         if step >= warmup:
-            times.append(t3 - t0)
-            if recorder is not None:
-                recorder.end(t1, t2, t3)
+            times.append(step_s)
     buckets = sorted(recorder.buckets.values(), key=lambda b: b.index) if recorder else []
     steps = recorder.steps if recorder else []
     return RankRecording(rank, times, steps, buckets, bucket_caps_mb(ddp), device, link)
