@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dpsim.collectives import bytes_sent_per_rank
-from dpsim.grading.core import Case, exercise
+from dpsim.grading.core import Case, exercise, rank_error
 from dpsim.ring import chunk_bounds, ring_all_reduce_steps
 
 # --- 2.1 ----------------------------------------------------------------------------------
@@ -182,9 +182,7 @@ def _run_ring(fn: Callable[..., Any], sizes: list[int], seed: int,
             per_rank = launch(_ring_rank, RING_RANKS, args=(fn, sizes, seed), backend="gloo",
                               timeout_s=45)
         except RankFailedError as exc:
-            error: Exception = exc
-            if exc.exc_type == "NotImplementedError":
-                error = NotImplementedError(exc.summary)
+            error = rank_error(exc)
             cache["error"] = error
             raise error from None
         except LaunchTimeoutError:

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from dpsim.grading.core import Case, exercise
+from dpsim.grading.core import Case, exercise, rank_error
 from dpsim.strategies.ddp import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------
@@ -210,9 +210,7 @@ def _run_average(fn: Callable[..., Any], cache: dict[str, Any]) -> list[str]:
         try:
             per_rank = launch(_average_rank, 2, args=(fn,), backend="gloo", timeout_s=60)
         except RankFailedError as exc:
-            error: Exception = exc
-            if exc.exc_type == "NotImplementedError":
-                error = NotImplementedError(exc.summary)
+            error = rank_error(exc)
             cache["error"] = error
             raise error from None
         cache["verdicts"] = [classify([rank[i] for rank in per_rank])

@@ -250,6 +250,14 @@ def _raised_by_stub(exc: BaseException, fn: Callable[..., Any]) -> bool:
     return bool(frames) and (frames[-1].filename == filename or "write your code" in str(exc))
 
 
+def rank_error(exc: Exception) -> Exception:
+    """A failed rank's error as the learner should see it: a stub's NotImplementedError
+    (raised on a rank by `runtime.launch`) is raised again as one; other errors unchanged."""
+    if getattr(exc, "exc_type", None) == "NotImplementedError":
+        return NotImplementedError(getattr(exc, "summary", str(exc)))
+    return exc
+
+
 def run_check(exercise_id: str, fn: Callable[..., Any]) -> CheckResult:
     """Try `fn` on every case of the exercise; never raises for the learner's mistakes."""
     ex = get_exercise(exercise_id)
