@@ -33,7 +33,7 @@ MiB = 2**20
 
 
 def _held_out_error(sizes: list[int], times: list[float], world_size: int) -> float:
-    from dpsim.collectives import collective_time_s
+    from dpsim.collectives.cost import collective_time_s
     from dpsim.runtime.calibrate_links import fit_alpha_beta
 
     fit = fit_alpha_beta(sizes[::2], times[::2], world_size)

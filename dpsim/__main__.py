@@ -28,23 +28,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
-        from dpsim.doctor import main as doctor_main
+        from dpsim.course.doctor import main as doctor_main
 
         return doctor_main()
     if args.command == "lab":
-        from dpsim.lab import main as lab_main
+        from dpsim.course.lab import main as lab_main
 
         return lab_main(port=args.port, open_browser=not args.no_browser)
     if args.command == "exercises":
-        from dpsim.exercises import main as exercises_main
+        from dpsim.course.exercises import main as exercises_main
 
         return exercises_main(args.action, root=args.root)
     if args.command == "grade":
-        from dpsim.grader import main as grade_main
+        from dpsim.course.grader import main as grade_main
 
         return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout)
     if args.command == "notebooks":
-        from dpsim.notebook_outputs import main as notebooks_main
+        from dpsim.course.notebook_outputs import main as notebooks_main
 
         return notebooks_main(args.action, args.paths)
     parser.error(f"unknown command {args.command!r}")

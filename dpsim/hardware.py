@@ -155,10 +155,8 @@ def get_device(name: str) -> Device:
 
 
 def get_cluster(name: str) -> Cluster:
-    """A cluster preset by name (see CLUSTERS), or "this-machine" for detect()."""
-    if name == "this-machine":
-        return detect()
-    require_choice("cluster", name, [*CLUSTERS, "this-machine"])
+    """A cluster preset by name (see CLUSTERS; `dpsim.runtime.machine.detect` for this one)."""
+    require_choice("cluster", name, CLUSTERS)
     return CLUSTERS[name]
 
 
@@ -171,26 +169,3 @@ def cpu_device(n_cores: int | None = None) -> Device:
         mem = 8.0
     return Device(f"CPU ({cores} cores)", "cpu", round(mem, 1), 0.05 * cores, 0.05 * cores,
                   20.0, op_overhead_us=15.0)
-
-
-def gpu_device(index: int = 0) -> Device:
-    """A Device for CUDA GPU `index`: a matching preset's peaks with the real memory size."""
-    import torch
-
-    props = torch.cuda.get_device_properties(index)
-    mem_gib = props.total_memory / GiB
-    base = A100_80GB
-    for key, preset in DEVICES.items():
-        if preset.kind == "gpu" and key.split("-")[0] in props.name.lower():
-            base = preset
-    return replace(base, name=props.name, memory_GiB=round(mem_gib, 2))
-
-
-def detect() -> Cluster:
-    """This machine as a one-node Cluster: its CUDA GPUs if any, else its CPU."""
-    import torch
-
-    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        n = torch.cuda.device_count()
-        return Cluster(f"this machine ({n} GPU)", gpu_device(0), n, 1, PCIE4_X16)
-    return Cluster("this machine (CPU)", cpu_device(), 1, 1, SHARED_MEMORY)

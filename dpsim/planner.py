@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.collectives import ring_bytes_per_rank_formula
+from dpsim.collectives.cost import ring_bytes_per_rank_formula
 from dpsim.compute import backward_time_s, forward_time_s, step_compute_s
 from dpsim.hardware import Cluster, Link
 from dpsim.memory import model_state_bytes

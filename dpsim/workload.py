@@ -1,9 +1,9 @@
 """What a model costs: per-layer parameters, activation bytes and FLOPs.
 
-`Workload.from_module` builds the description from one forward pass of a real module;
-presets describe large models by formula (no weights are created). Activation bytes
-count what autograd keeps for backward, by a rule per layer type (see SAVES), excluding
-parameters; FLOPs count forward multiply-adds as 2 FLOPs.
+`dpsim.runtime.capture.workload_from_module` builds the description from one forward
+pass of a real module; presets describe large models by formula (no weights are
+created). Activation bytes count what autograd keeps for backward, by a rule per layer
+type (see SAVES), excluding parameters; FLOPs count forward multiply-adds as 2 FLOPs.
 """
 
 from __future__ import annotations
@@ -95,12 +95,6 @@ class Workload:
         last = self.layers[-1].output_bytes if self.layers else 0
         return int(last * batch_size * _scale(self.dtype, dtype))
 
-    @staticmethod
-    def from_module(module: Any, example_input: Any, loss: str = "cross_entropy") -> Workload:
-        """Describe `module` from one forward pass on `example_input` (batch first)."""
-        from dpsim.workload_capture import capture
-
-        return capture(module, example_input, loss=loss)
 
 
 def _scale(captured: str, wanted: str | None) -> float:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from dpsim.hardware import Cluster, get_cluster
-from dpsim.models import mlp
+from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.models import mlp
 from dpsim.workload import Workload
 
 
@@ -17,7 +18,7 @@ def tiny_model() -> torch.nn.Module:
 
 @pytest.fixture
 def tiny_workload(tiny_model: torch.nn.Module) -> Workload:
-    return Workload.from_module(tiny_model, torch.randn(8, 16))
+    return workload_from_module(tiny_model, torch.randn(8, 16))
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from dpsim.collectives import collective_time_s
+from dpsim.collectives.cost import collective_time_s
 from dpsim.hardware import Link
 from dpsim.runtime.calibrate_links import fit_alpha_beta
 from dpsim.runtime.collective_workers import (

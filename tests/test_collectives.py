@@ -1,4 +1,4 @@
-"""Cost model, traffic accounting and the step-by-step ring (dpsim.collectives, dpsim.ring)."""
+"""Cost model, traffic accounting and the step-by-step ring (dpsim.collectives)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsim.collective_schedule import schedule, simulated_time_s, traffic_per_rank
-from dpsim.collectives import (
+from dpsim.collectives.cost import (
     ALGORITHMS,
     COLLECTIVES,
     algbw_GBps,
@@ -23,8 +22,9 @@ from dpsim.collectives import (
     ring_bytes_per_rank_formula,
     tree_levels,
 )
+from dpsim.collectives.ring import chunk_bounds, ring_reduce_scatter
+from dpsim.collectives.schedule import schedule, simulated_time_s, traffic_per_rank
 from dpsim.hardware import INFINIBAND_NDR, NVLINK4, Link
-from dpsim.ring import chunk_bounds, ring_reduce_scatter
 
 LINK = Link("test link", bandwidth_GBps=2.0, latency_us=7.0)
 ALPHA, B = 7e-6, 2e9

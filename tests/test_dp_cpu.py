@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpsim.data import classification
-from dpsim.models import mlp
+from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.data import classification
 from dpsim.runtime.dp_cpu import (
     compare_batch_semantics,
     cuda_step,
@@ -18,11 +18,11 @@ from dpsim.runtime.dp_cpu import (
     run_step,
     single_device_step,
 )
+from dpsim.runtime.models import mlp
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.strategies.dp import DPConfig, bytes_at_loss, scatter_sizes
 from dpsim.viz.memory_per_device import bytes_at
 from dpsim.viz.scatter_gather import phase_steps
-from dpsim.workload import Workload
 
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -107,7 +107,7 @@ def test_measured_memory_at_the_loss_matches_the_simulation(
     for n in (2, 4):
         opt.zero_grad(set_to_none=True)
         trace = reenact_step(module, x[:8], y[:8], n, optimizer=opt).trace
-        workload = Workload.from_module(mlp(32, 48, 2, 10), x[:8])
+        workload = workload_from_module(mlp(32, 48, 2, 10), x[:8])
         loss_at = trace.filter(kind="loss")[0].end_s
         held = bytes_at(trace, loss_at, range(n))
         for d, expected in enumerate(bytes_at_loss(workload, DPConfig(n, 8))):

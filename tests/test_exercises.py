@@ -10,8 +10,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from dpsim import exercises
-from dpsim.grading import all_exercises
+from dpsim.course import exercises
+from dpsim.course.grading import all_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

@@ -13,8 +13,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from dpsim import grader
-from dpsim.grading.clean_process import CheckServer
+from dpsim.course import grader
+from dpsim.course.grading.clean_process import CheckServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,7 @@ STUDENTS = {
                                        'print("PASS 1.3 (4/4)")'],
     # replaces check() and the comparison inside the kernel
     "01_patched.ipynb": [
-        'import dpsim.grading as g\nimport dpsim.grading.core as core\n'
+        'import dpsim.course.grading as g\nimport dpsim.course.grading.core as core\n'
         'g.check = lambda *a: print("PASS")\ncore.same = lambda *a, **k: True',
         WRONG_DEFS,
         'g.check("1.1", training_state_bytes)\ncore.check("1.2", mlp_activation_bytes)\n'

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpsim.grading import ExerciseFailed, check, core, get_exercise, run_check
-from dpsim.grading.ch01 import (
+from dpsim.course.grading import ExerciseFailed, check, core, get_exercise, run_check
+from dpsim.course.grading.ch01 import (
     measured_activation_bytes,
     measured_state_bytes,
     mlp,

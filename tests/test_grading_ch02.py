@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dpsim.collectives import bytes_sent_per_rank
-from dpsim.grading import check, run_check
-from dpsim.grading.ch02 import CORRECT, classify_ring
+from dpsim.collectives.cost import bytes_sent_per_rank
+from dpsim.course.grading import check, run_check
+from dpsim.course.grading.ch02 import CORRECT, classify_ring
 from dpsim.runtime.collective_workers import ring_all_reduce_
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from dpsim.grading import ExerciseFailed, check, core, run_check
-from dpsim.grading.ch03 import reference_extra_bytes, torch_chunk_sizes
+from dpsim.course.grading import ExerciseFailed, check, core, run_check
+from dpsim.course.grading.ch03 import reference_extra_bytes, torch_chunk_sizes
 from dpsim.strategies.dp import scatter_sizes
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from dpsim.course.grading import ExerciseFailed, check, core, run_check
 from dpsim.gil import predict_speedup as library_speedup
-from dpsim.grading import ExerciseFailed, check, core, run_check
 
 
 def answer_hidden(result: core.CheckResult) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from dpsim.grading import run_check
-from dpsim.grading.ch05 import AVERAGE, classify, sampler_indices
+from dpsim.course.grading import run_check
+from dpsim.course.grading.ch05 import AVERAGE, classify, sampler_indices
 
 
 def _hinted(message: str | None, hint: str) -> bool:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from dpsim.grading import ExerciseFailed, check, core, get_exercise, run_check
-from dpsim.grading.ch06 import reference_shards
+from dpsim.course.grading import ExerciseFailed, check, core, get_exercise, run_check
+from dpsim.course.grading.ch06 import reference_shards
 
 
 def answer_hidden(result: core.CheckResult) -> bool:

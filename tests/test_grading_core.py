@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from dpsim.grading import (
+from dpsim.course.grading import (
     Case,
     CheckResult,
     ExerciseFailed,

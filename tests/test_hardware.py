@@ -8,10 +8,10 @@ from dpsim.hardware import (
     NVLINK4,
     Device,
     Link,
-    detect,
     get_cluster,
     get_device,
 )
+from dpsim.runtime.machine import detect
 
 
 def test_presets_have_the_documented_shapes() -> None:

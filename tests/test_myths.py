@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.myths import TIMED_CLAIMS, VERDICTS, claims_markdown, get_claim, judge, run_all
-from dpsim.myths_claims import CLAIMS, Check
-from dpsim.myths_evidence import Lab
+from dpsim.myths.claims import CLAIMS, Check
+from dpsim.myths.evidence import Lab
+from dpsim.myths.judge import TIMED_CLAIMS, VERDICTS, claims_markdown, get_claim, judge, run_all
 
 # what theory (and torch's documentation) says; 17 cannot be measured without a CUDA GPU
 EXPECTED = {1: "right", 2: "right", 3: "wrong", 4: "right", 5: "depends", 6: "right",

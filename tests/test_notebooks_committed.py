@@ -8,8 +8,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from dpsim import notebook_outputs
-from dpsim.notebook_outputs import CHECK_MARK, problems, strip_outputs
+from dpsim.course import notebook_outputs
+from dpsim.course.notebook_outputs import CHECK_MARK, problems, strip_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = sorted(p for folder in ("notebooks", "solutions", "exercises")

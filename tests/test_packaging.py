@@ -45,7 +45,7 @@ def test_doctor_runs_and_lists_every_chapter() -> None:
 
 
 def test_lab_binds_loopback_with_a_token() -> None:
-    from dpsim.lab import lab_command
+    from dpsim.course.lab import lab_command
 
     argv, token = lab_command(port=9999, open_browser=False)
     assert "--ServerApp.ip=127.0.0.1" in argv

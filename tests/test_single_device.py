@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from dpsim.compute import step_compute_s
-from dpsim.data import classification
 from dpsim.hardware import H100_80GB, LAPTOP_CPU
 from dpsim.memory import predict_single
-from dpsim.models import mlp
 from dpsim.runtime.calibrate import calibrate_device
+from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.data import classification
 from dpsim.runtime.device import resolve_device
+from dpsim.runtime.models import mlp
 from dpsim.runtime.train_single import train
 from dpsim.strategies.single import SingleConfig, breakdown, fit_rows, simulate
 from dpsim.workload import Workload, get_workload
@@ -22,7 +23,7 @@ def test_model_states_match_real_tensors_to_the_byte(optimizer: str, shape: tupl
     ds = classification(64, n_in, max(n_out, 2), seed=1)
     result = train(mlp(n_in, hidden, depth, max(n_out, 2)), ds, steps=2, batch_size=batch,
                    optimizer=optimizer, progress=False, device="cpu")
-    w = Workload.from_module(mlp(n_in, hidden, depth, max(n_out, 2)), torch.randn(batch, n_in))
+    w = workload_from_module(mlp(n_in, hidden, depth, max(n_out, 2)), torch.randn(batch, n_in))
     pred = predict_single(w, batch, optimizer=optimizer)
     meas = result.breakdown
     assert (pred.parameters, pred.gradients, pred.optimizer) == (
@@ -100,6 +101,6 @@ def test_cuda_statistics_cover_the_predicted_states() -> None:
     ds = classification(256, 32, 10)
     result = train(mlp(), ds, steps=3, batch_size=64, progress=False, device="cuda")
     assert result.memory.cuda is not None
-    w = Workload.from_module(mlp(), torch.randn(64, 32))
+    w = workload_from_module(mlp(), torch.randn(64, 32))
     pred = predict_single(w, 64)
     assert result.memory.cuda["peak_allocated"] >= pred.model_states

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsim.collectives import collective_time_s
+from dpsim.collectives.cost import collective_time_s
 from dpsim.hardware import A100_80GB, Cluster, Link, get_cluster
 from dpsim.strategies import single
 from dpsim.strategies.ddp import (

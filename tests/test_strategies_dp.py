@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from dpsim.collectives import collective_time_s
+from dpsim.collectives.cost import collective_time_s
 from dpsim.hardware import NVLINK4, PCIE4_X16, Cluster, get_cluster
-from dpsim.models import mlp
+from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.models import mlp
 from dpsim.strategies.dp import (
     PHASES,
     DPConfig,
@@ -34,7 +35,7 @@ NODE = get_cluster("h100-node")
 
 @pytest.fixture(scope="module")
 def classifier() -> Workload:
-    return Workload.from_module(mlp(32, 64, 2, 10), torch.randn(4, 32))
+    return workload_from_module(mlp(32, 64, 2, 10), torch.randn(4, 32))
 
 
 # --- scatter semantics: what torch does ---------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from dpsim.collectives import collective_time_s
+from dpsim.collectives.cost import collective_time_s
 from dpsim.hardware import H100_80GB, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Cluster, get_cluster
 from dpsim.memory import zero_bytes_per_device
 from dpsim.strategies.fsdp import (

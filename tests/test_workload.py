@@ -2,24 +2,25 @@ import pytest
 import torch
 from torch import nn
 
-from dpsim.workload import PRESETS, Workload, get_workload
+from dpsim.runtime.capture import workload_from_module
+from dpsim.workload import PRESETS, get_workload
 
 
 def test_from_module_counts_params_and_tensors(tiny_model: nn.Module) -> None:
-    w = Workload.from_module(tiny_model, torch.randn(4, 16))
+    w = workload_from_module(tiny_model, torch.randn(4, 16))
     assert w.n_params == sum(p.numel() for p in tiny_model.parameters())
     assert w.n_param_tensors == len(list(tiny_model.parameters()))
 
 
 def test_flops_of_linear_layers_are_two_per_multiply_add() -> None:
     model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3))
-    w = Workload.from_module(model, torch.randn(5, 10))
+    w = workload_from_module(model, torch.randn(5, 10))
     assert w.flops_per_sample == 2 * (10 * 20 + 20 * 3)
 
 
 def test_activation_rule_counts_shared_tensors_once() -> None:
     model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3))
-    w = Workload.from_module(model, torch.randn(5, 10))
+    w = workload_from_module(model, torch.randn(5, 10))
     # input (10) + ReLU output (20, also the second Linear's input), fp32, + loss (3 + int64)
     assert w.activation_bytes(1) == 4 * (10 + 20) + (4 * 3 + 8)
     assert w.activation_bytes(7) == 7 * w.activation_bytes(1)

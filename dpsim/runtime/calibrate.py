@@ -9,8 +9,10 @@ from dataclasses import replace
 
 import torch
 
-from dpsim.hardware import Device, cpu_device, gpu_device
+from dpsim.hardware import Device, cpu_device
+from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.device import synchronize
+from dpsim.runtime.machine import gpu_device
 from dpsim.validation import require_int
 
 
@@ -50,9 +52,8 @@ def measure_op_overhead_us(device: torch.device, depth: int = 16, repeats: int =
     operators dpsim.compute charges for it, so the calibration and the model agree.
     """
     from dpsim.compute import step_compute_s
-    from dpsim.models import mlp
+    from dpsim.runtime.models import mlp
     from dpsim.runtime.optimizers import build_optimizer
-    from dpsim.workload import Workload
 
     model = mlp(4, 4, depth, 4).to(device)
     opt = build_optimizer("adam", model.parameters())
@@ -65,7 +66,7 @@ def measure_op_overhead_us(device: torch.device, depth: int = 16, repeats: int =
         opt.step()
 
     measured = _median_time_s(step, device, repeats)
-    workload = Workload.from_module(model, x)
+    workload = workload_from_module(model, x)
     unit = Device("unit", "cpu", 1.0, 1e9, 1e9, 1e12, op_overhead_us=1.0, efficiency=1.0)
     return measured / step_compute_s(workload, 2, unit)
 

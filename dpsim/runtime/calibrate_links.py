@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsim.collectives import collective_time_s, cost_terms
+from dpsim.collectives.cost import collective_time_s, cost_terms
 from dpsim.hardware import Link
 from dpsim.validation import require_choice, require_int
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dpsim.models import mlp
+from dpsim.runtime.models import mlp
 
 
 def _ddp(module: nn.Module, **kwargs: Any) -> Any:

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dpsim.hardware import Cluster, Device, Link
+from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.ddp_train import DDPRunConfig, build_dataset, build_model
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.strategies.ddp import Bucket, DDPConfig, MiB, build_buckets, grad_tensors, simulate
@@ -186,7 +187,7 @@ LINK_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)  # bytes, 4 
 def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 8) -> Link:
     """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
 
-    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives),
+    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives.cost),
     with t the MEAN of `repeats` timed all-reduces per size (slowest rank): on a CPU the
     times of small all-reduces jump between two modes (a busy and a sleeping peer), and
     the mean is what a training step pays on average.
@@ -311,7 +312,7 @@ class DDPRecording:
             raise ValueError("device=None or link=None and the run was not calibrated; "
                              "record with calibrate=True or pass a Device and a Link")
         model, x, y = self._model_and_batch()
-        workload = Workload.from_module(model, x)
+        workload = workload_from_module(model, x)
         cap, first = self.ranks[0].caps_mb
         cfg = DDPConfig(batch_size=self.config.batch_size, bucket_cap_mb=cap,
                         first_bucket_cap_mb=first, optimizer=self.config.optimizer)

@@ -20,9 +20,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from dpsim.data import classification
 from dpsim.memory import OPTIMIZERS
-from dpsim.models import mlp
+from dpsim.runtime.data import classification
+from dpsim.runtime.models import mlp
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.validation import require_choice, require_int, require_range
 

@@ -484,8 +484,8 @@ def ddp_batch_worker(rank: int, world_size: int, batch_size: int, n_samples: int
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from dpsim.data import classification
-    from dpsim.models import mlp
+    from dpsim.runtime.data import classification
+    from dpsim.runtime.models import mlp
 
     dataset = classification(n_samples, 32, 10, seed)
     sampler: DistributedSampler[Any] = DistributedSampler(dataset, num_replicas=world_size,
@@ -506,9 +506,9 @@ def compare_batch_semantics(batch_size: int = 8, n_devices: int = 2, n_samples: 
     require_int("n_devices", n_devices, 1, 8)
     from torch.utils.data import DataLoader
 
-    from dpsim.data import classification
-    from dpsim.models import mlp
+    from dpsim.runtime.data import classification
     from dpsim.runtime.launch import launch
+    from dpsim.runtime.models import mlp
 
     dataset = classification(n_samples, 32, 10, seed)
     x, y = next(iter(DataLoader(dataset, batch_size=batch_size, shuffle=False)))

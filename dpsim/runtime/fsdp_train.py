@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from dpsim.memory import MemoryBreakdown, fsdp_rank_bytes
-from dpsim.models import mlp
 from dpsim.runtime.fsdp_record import CudaSampler, profile_to_trace, quiet_stderr
+from dpsim.runtime.models import mlp
 from dpsim.trace import Trace
 from dpsim.validation import require_choice, require_int, require_range
 
@@ -123,7 +123,7 @@ def measure_shards(model: nn.Module, optimizer: torch.optim.Optimizer, padded: b
 
 
 def _batches(steps: int, global_batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from dpsim.data import classification
+    from dpsim.runtime.data import classification
 
     data = classification(steps * global_batch, IN_FEATURES, N_CLASSES, seed=seed)
     return data.tensors[0], data.tensors[1]

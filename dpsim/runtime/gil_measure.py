@@ -73,7 +73,7 @@ class _Work:
         if name in ("matmul", "rnn"):
             import torch
 
-            from dpsim.models import TinyRNN
+            from dpsim.runtime.models import TinyRNN
 
             torch.set_num_threads(1)
             g = torch.Generator().manual_seed(0)

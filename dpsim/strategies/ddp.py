@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.collectives import ALGORITHMS, collective_time_s
+from dpsim.collectives.cost import ALGORITHMS, collective_time_s
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster, Device, Link
 from dpsim.memory import OPTIMIZERS, model_state_bytes
@@ -157,7 +157,7 @@ def grad_tensors(workload: Workload, dtype: str = "fp32",
 
 def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
                       ) -> float:
-    """Seconds to all-reduce one bucket of `nbytes` (alpha-beta, dpsim.collectives)."""
+    """Seconds to all-reduce one bucket of `nbytes` (alpha-beta, dpsim.collectives.cost)."""
     return collective_time_s("all_reduce", nbytes, world_size, link, algorithm)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dpsim.collectives import collective_time_s
+from dpsim.collectives.cost import collective_time_s
 from dpsim.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.gil import Segment, schedule
 from dpsim.hardware import PCIE4_X16, Cluster, Device, Link

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dpsim.collectives import ALGORITHMS, collective_time_s
+from dpsim.collectives.cost import ALGORITHMS, collective_time_s
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster
 from dpsim.memory import (

@@ -7,7 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dpsim.myths import Verdict
+from dpsim.myths.judge import Verdict
 from dpsim.viz.style import finish
 
 VERDICT_COLORS = {"right": "#C7E9C0", "wrong": "#FCBBA1", "depends": "#FDE0A1"}

@@ -1,4 +1,4 @@
-"""The ring all-reduce, animated: one frame per step of `dpsim.ring.ring_all_reduce_steps`.
+"""The ring all-reduce, animated: one frame per step of `collectives.ring.ring_all_reduce_steps`.
 
 Left: the ranks on a ring, an arrow for every chunk sent in the step. Right: every rank's
 array (a row per rank, a cell per element) with its current numbers; the colour says
@@ -16,7 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.ring import RingStep
+from dpsim.collectives.ring import RingStep
 from dpsim.viz.style import KIND_COLORS, finish
 
 MAX_TEXT_ELEMENTS = 24  # above this many elements per rank, cells show colour only

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.collectives import (
+from dpsim.collectives.cost import (
     ALGORITHMS,
     algbw_GBps,
     busbw_GBps,

@@ -1,6 +1,6 @@
 """Chapter 2 explorer: N, message size, latency, bandwidth, algorithm -> time, algbw, busbw.
 
-Everything shown is simulated with the alpha-beta closed forms of `dpsim.collectives`.
+Everything shown is simulated with the alpha-beta closed forms of `dpsim.collectives.cost`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.collectives import (
+from dpsim.collectives.cost import (
     ALGORITHMS,
     COLLECTIVES,
     algbw_GBps,

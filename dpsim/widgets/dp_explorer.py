@@ -26,9 +26,10 @@ def small_mlp() -> Workload:
 
     import torch
 
-    from dpsim.models import mlp
+    from dpsim.runtime.capture import workload_from_module
+    from dpsim.runtime.models import mlp
 
-    captured = Workload.from_module(mlp(32, 256, 3, 10), torch.randn(2, 32))
+    captured = workload_from_module(mlp(32, 256, 3, 10), torch.randn(2, 32))
     return replace(captured, name="MLP 32-256-256-256-10")
 
 

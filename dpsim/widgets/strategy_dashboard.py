@@ -20,8 +20,12 @@ CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
 
 def cluster_choice(name: str) -> Cluster:
     """A preset cluster, or this machine (more such machines join over 10 Gb Ethernet)."""
-    cluster = get_cluster(name)
-    if name == "this-machine" and cluster.inter_node is None:
+    if name != "this-machine":
+        return get_cluster(name)
+    from dpsim.runtime.machine import detect
+
+    cluster = detect()
+    if cluster.inter_node is None:
         cluster = replace(cluster, inter_node=ETHERNET_10G)
     return cluster
 
@@ -79,7 +83,11 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
                        strategy: str = "ddp", n_devices: int = 8, global_batch: int = 256,
                        *, module: Any = None, example_input: Any = None) -> widgets.VBox:
     """The dashboard; pass `module` and `example_input` to add "your model" to the list."""
-    own = Workload.from_module(module, example_input) if module is not None else None
+    own = None
+    if module is not None:
+        from dpsim.runtime.capture import workload_from_module
+
+        own = workload_from_module(module, example_input)
     models = [*PRESETS, *([OWN_MODEL] if own is not None else [])]
     explorer = StrategyExplorer(own)
     controls = {

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from dpsim.grading.core import get_exercise, run_check
+from dpsim.course.grading.core import get_exercise, run_check
 
 IMPORT_ALLOWANCE_S = 60.0  # start-up of a process that imports torch and the checks
 _BOOT = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
-         "from dpsim.grading.clean_process import {entry}; {entry}()")
+         "from dpsim.course.grading.clean_process import {entry}; {entry}()")
 
 
 class _CheckTimeout(BaseException):
@@ -132,7 +132,7 @@ def _command(entry: str) -> list[str]:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    package_parent = str(Path(__file__).resolve().parent.parent.parent)
+    package_parent = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join([package_parent, *filter(None, [env.get("PYTHONPATH")])])
     return env
 

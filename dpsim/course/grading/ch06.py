@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from dpsim.grading.core import Case, exercise
+from dpsim.course.grading.core import Case, exercise
 from dpsim.memory import max_params_that_fit, zero_bytes_per_device
 
 GB = 10**9

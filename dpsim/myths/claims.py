@@ -1,9 +1,9 @@
 """The claims of the myths lab and the checks that judge them from evidence.
 
 Each entry: the claim as it circulates, where its evidence comes from, and a function
-from the evidence dict (see `dpsim.myths_evidence`) to a list of `Check`s. A check is a
+from the evidence dict (see `dpsim.myths.evidence`) to a list of `Check`s. A check is a
 sub-statement of the claim, true or false by a comparison of numbers; `core` checks are
-what the claim stands on. `dpsim.myths.judge` turns checks into a verdict.
+what the claim stands on. `dpsim.myths.judge.judge` turns checks into a verdict.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ def _key(t: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
     return (t.untyped_storage().data_ptr(), int(t.storage_offset()), tuple(t.shape))
 
 
-def capture(module: nn.Module, example_input: Any, loss: str = "cross_entropy") -> Workload:
+def workload_from_module(module: nn.Module, example_input: Any,
+                         loss: str = "cross_entropy") -> Workload:
     """Run `module(example_input)` once and describe every leaf layer per sample."""
     x = _first_tensor(example_input)
     if x is None or x.dim() == 0 or x.shape[0] < 1:

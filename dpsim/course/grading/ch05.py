@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from dpsim.grading.core import Case, exercise, rank_error
+from dpsim.course.grading.core import Case, exercise, rank_error
 from dpsim.strategies.ddp import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 A round is a set of messages sent at the same time. In the alpha-beta model a rank has
 one send and one receive port, so a round lasts alpha + (most bytes one rank sends or
 receives in it) / B. Summing rounds gives the simulated time, which the tests compare
-with the closed forms of `dpsim.collectives`; summing messages gives bytes per rank.
-Root is rank 0; chunk sizes follow `dpsim.ring.chunk_bounds` (differ by at most 1 byte).
+with the closed forms of `dpsim.collectives.cost`; summing messages gives bytes per rank.
+Root is rank 0; chunk sizes follow `dpsim.collectives.ring.chunk_bounds` (differ by at most 1 byte).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsim.collectives.ring import chunk_bounds
 from dpsim.hardware import Link
-from dpsim.ring import chunk_bounds
 from dpsim.validation import require_choice, require_int
 
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",

@@ -12,7 +12,7 @@ How a chapter adds exercises
 
        import random
        from collections.abc import Iterator
-       from dpsim.grading.core import Case, exercise
+       from dpsim.course.grading.core import Case, exercise
 
        @exercise("2.1", function="shard_sizes", title="Split a batch", points=1)
        def _shard_sizes_cases(rng: random.Random) -> Iterator[Case]:
@@ -29,7 +29,7 @@ How a chapter adds exercises
    `### BEGIN SOLUTION` and `### END SOLUTION` lines, then a graded cell::
 
        # NBVAL_CHECK_OUTPUT
-       from dpsim.grading import check
+       from dpsim.course.grading import check
        check("2.1", shard_sizes)
 
    and run `python -m dpsim notebooks refresh solutions/NN_topic.ipynb` (stores the PASS
@@ -40,7 +40,7 @@ How a chapter adds exercises
 in a student's executed notebook, so nothing printed or patched in the notebook counts.
 """
 
-from dpsim.grading.core import (
+from dpsim.course.grading.core import (
     Case,
     CheckResult,
     Exercise,

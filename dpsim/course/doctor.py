@@ -7,7 +7,7 @@ import platform
 import sys
 from typing import Any
 
-from dpsim.chapters import plan
+from dpsim.course.chapters import plan
 
 
 def gil_enabled() -> bool:

@@ -1,8 +1,8 @@
 """Chapter 2 exercises: collectives and the ring all-reduce.
 
 2.1 bytes each rank sends in a ring and in a naive all-reduce (answers from
-    `dpsim.collectives.bytes_sent_per_rank`); 2.2 the ring's reduce-scatter on simulated
-    ranks, step by step (answers from `dpsim.ring.ring_all_reduce_steps`); 2.3 a ring
+    `dpsim.collectives.cost.bytes_sent_per_rank`); 2.2 the ring's reduce-scatter on simulated
+    ranks, step by step (answers from `dpsim.collectives.ring.ring_all_reduce_steps`); 2.3 a ring
     all-reduce over torch.distributed point-to-point calls, run on 3 real gloo ranks and
     compared with `dist.all_reduce`.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpsim.collectives import bytes_sent_per_rank
-from dpsim.grading.core import Case, exercise, rank_error
-from dpsim.ring import chunk_bounds, ring_all_reduce_steps
+from dpsim.collectives.cost import bytes_sent_per_rank
+from dpsim.collectives.ring import chunk_bounds, ring_all_reduce_steps
+from dpsim.course.grading.core import Case, exercise, rank_error
 
 # --- 2.1 ----------------------------------------------------------------------------------
 

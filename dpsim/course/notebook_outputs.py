@@ -107,8 +107,8 @@ def problems(path: Path) -> list[str]:
                            "count (nbval fails: 'Unrun reference cell has outputs')")
             text = _outputs_text(cell)
             if any(sign in text for sign in PLOTLY_JS_SIGNS):
-                out.append(f"{where}: embeds plotly.js; call dpsim.session.setup() first and "
-                           "display go.Figure objects")
+                out.append(f"{where}: embeds plotly.js; call dpsim.course.session.setup() "
+                           "first and display go.Figure objects")
         if in_exercises and any(sign in cell.source for sign in SOLUTION_SIGNS):
             out.append(f"{where}: an exercise notebook contains a solution marker")
     return out

@@ -10,8 +10,8 @@ import math
 import random
 from collections.abc import Iterator
 
+from dpsim.course.grading.core import Case, exercise
 from dpsim.gil import GILConfig, predict_speedup, simulate
-from dpsim.grading.core import Case, exercise
 
 
 def _amdahl(g: float, n: int) -> float:

@@ -24,7 +24,7 @@ Three algorithms (N ranks, L = ceil(log2 N) tree levels, root = rank 0):
 Ring broadcast/reduce pipeline N chunks along the chain 0 -> 1 -> ... -> N-1; tree
 all-* collectives are a tree into rank 0 followed by a tree out of it; naive ones gather
 everything on rank 0 (one round) and send the result out (one round). Reduction
-arithmetic is not counted. `dpsim.collective_schedule` builds every algorithm as rounds
+arithmetic is not counted. `dpsim.collectives.schedule` builds every algorithm as rounds
 of messages, and the tests check that its simulated time equals these closed forms.
 """
 
@@ -32,8 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpsim.collectives.ring import RingStep, chunk_bounds, ring_all_reduce_steps
 from dpsim.hardware import Link
-from dpsim.ring import RingStep, chunk_bounds, ring_all_reduce_steps
 from dpsim.validation import require_choice, require_int
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",
@@ -134,7 +134,7 @@ def busbw_GBps(collective: str, nbytes: int, world_size: int, time_s: float) -> 
 def _traffic(collective: str, nbytes: int, world_size: int,
              algorithm: str) -> tuple[np.ndarray, np.ndarray]:
     _check(collective, nbytes, world_size, algorithm)
-    from dpsim.collective_schedule import schedule, traffic_per_rank
+    from dpsim.collectives.schedule import schedule, traffic_per_rank
 
     return traffic_per_rank(schedule(collective, nbytes, world_size, algorithm), world_size)
 

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpsim.grading.core import Case, exercise
+from dpsim.course.grading.core import Case, exercise
 from dpsim.memory import max_batch_size, model_state_bytes
+from dpsim.runtime.capture import workload_from_module
 from dpsim.workload import Layer, Workload
 
 FP32_BYTES = 4
@@ -150,7 +151,7 @@ def _activation_cases(rng: random.Random) -> Iterator[Case]:
         x = torch.randn(batch, widths[0])
         y = torch.randint(0, widths[-1], (batch,))
         expected = rule_activation_bytes(batch, widths)
-        simulated = Workload.from_module(module, x).activation_bytes(batch)
+        simulated = workload_from_module(module, x).activation_bytes(batch)
         measured = measured_activation_bytes(module, x, y)
         if not expected == simulated == measured:
             raise RuntimeError(f"activation bytes disagree for {widths}, batch {batch}: rule "

@@ -4,7 +4,7 @@ An exercise is registered by its chapter module with the `exercise` decorator on
 function that makes the test cases; `check(exercise_id, fn)` calls the learner's `fn`
 on every case and prints one line `PASS 1.2 (3/3)`, or raises `ExerciseFailed` saying
 which input failed and what kind of mistake it looks like (never the expected value).
-See the package docstring (`dpsim.grading`) for the pattern a chapter follows.
+See the package docstring (`dpsim.course.grading`) for the pattern a chapter follows.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _sort_key(exercise_id: str) -> tuple[int, int]:
 
 def chapter_modules(chapter: int | None = None) -> list[str]:
     """Names of the chapter modules dpsim/grading/chNN.py (of one chapter, or all)."""
-    import dpsim.grading as package
+    import dpsim.course.grading as package
 
     names = []
     for info in pkgutil.iter_modules(package.__path__):

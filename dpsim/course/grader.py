@@ -5,12 +5,12 @@ that runs past it is interrupted and grading goes on with what got defined), the
 the kernel `dill`-pickle the learner's functions into a temporary file, and run the
 grader's own checks on them in a separate process with a time limit. That process is
 forked from a server that has only imported torch and the checks, so no learner code
-has run in it before (see `dpsim.grading.clean_process`).
+has run in it before (see `dpsim.course.grading.clean_process`).
 A notebook's exercises are its chapter's (from a file name like `01_...`) plus every
 `check("N.M", ...)` found in its code. Points are all-or-nothing per exercise.
 
 Limits: the notebook runs with the grader's user rights, so a notebook could tamper with
-files (the grader stops if the files of dpsim.grading change), and a learner
+files (the grader stops if the files of dpsim.course.grading change), and a learner
 function that attacks the checking process itself is out of scope; grade untrusted work
 in a disposable container.
 """
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import nbformat
 
-from dpsim.exercises import CHECK_CALL
-from dpsim.grading.clean_process import CheckServer
-from dpsim.grading.core import Exercise, all_exercises, chapter_exercises, get_exercise
+from dpsim.course.exercises import CHECK_CALL
+from dpsim.course.grading.clean_process import CheckServer
+from dpsim.course.grading.core import Exercise, all_exercises, chapter_exercises, get_exercise
 
 NOTEBOOK_CELLS_BUDGET = 10  # a notebook may run for at most this many cell timeouts
 
@@ -38,7 +38,7 @@ NOTEBOOK_CELLS_BUDGET = 10  # a notebook may run for at most this many cell time
 # kernel prints counts; the real checks run later in a clean process.
 PRELUDE_CELL = '''\
 try:
-    import dpsim.grading as __g, dpsim.grading.core as __c
+    import dpsim.course.grading as __g, dpsim.course.grading.core as __c
     __g.check = __c.check = lambda *args, **kwargs: None
     del __g, __c
 except Exception:

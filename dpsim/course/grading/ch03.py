@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import torch
 
-from dpsim.grading.core import Case, exercise
-from dpsim.models import mlp
+from dpsim.course.grading.core import Case, exercise
+from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.models import mlp
 from dpsim.strategies.dp import DPConfig, device0_extra_bytes, scatter_sizes
-from dpsim.workload import Workload
 
 FP32_BYTES = 4
 INT64_BYTES = 8
@@ -108,7 +108,7 @@ def _extra_cases(rng: random.Random) -> Iterator[Case]:
         batch = n * rng.randint(2, 16)
         hidden, classes = rng.randint(8, 64), rng.choice([10, 100, 1000])
         module = mlp(16, hidden, rng.randint(1, 3), classes)
-        workload = Workload.from_module(module, torch.randn(2, 16))
+        workload = workload_from_module(module, torch.randn(2, 16))
         p, t = workload.n_params, workload.n_param_tensors
         cfg = DPConfig(n_devices=n, batch_size=batch, optimizer="adam", input_on="host")
         expected = sum(device0_extra_bytes(workload, cfg).values())

@@ -2,7 +2,7 @@
 
 `Lab` runs each costly thing once (one real DDP launch, one GIL measurement, the
 simulations) and `gather(number, lab)` returns the flat dict of numbers one claim is judged
-on. No verdicts here: `dpsim.myths` turns these numbers into checks and verdicts.
+on. No verdicts here: `dpsim.myths.judge` turns these numbers into checks and verdicts.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dpsim.collectives import bytes_sent_per_rank
+from dpsim.collectives.cost import bytes_sent_per_rank
 from dpsim.hardware import CLUSTERS, Cluster
 from dpsim.memory import model_state_bytes, zero_bytes_per_device, zero_sharded_fraction
 from dpsim.planner import plan
@@ -74,9 +74,9 @@ class Lab:
 
 
 def _dp_reenacted(n_out: int, n_devices: int = 4, batch: int = 128) -> Any:
-    from dpsim.data import classification
-    from dpsim.models import mlp
+    from dpsim.runtime.data import classification
     from dpsim.runtime.dp_cpu import reenact_step
+    from dpsim.runtime.models import mlp
 
     x, y = classification(batch, 32, n_out, seed=0).tensors
     return reenact_step(mlp(32, 64, 2, n_out, seed=0), x, y, n_devices)

@@ -19,7 +19,7 @@ def repo_root() -> Path:
     here = Path.cwd()
     if (here / "notebooks").is_dir():
         return here
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def lab_command(port: int = 8888, token: str | None = None, open_browser: bool = True,
