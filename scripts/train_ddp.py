@@ -43,16 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from dpsim.runtime.ddp_train import DDPRunConfig, train_rank
+    from dpsim.runtime.launch import choose_backend
 
     if "RANK" not in os.environ:
         print("run me with torchrun (see the top of this file)", file=sys.stderr)
         return 2
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if dist.is_nccl_available() and gpus >= local_world else "gloo"
+    # check=False: an explicit --backend nccl goes to torch unchecked; torch says what is missing.
+    backend = choose_backend(args.backend, local_world, check=False)
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend)  # reads the torchrun environment

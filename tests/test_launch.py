@@ -18,14 +18,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dpsim.runtime import launch as launch_module
 from dpsim.runtime.launch import (
     LaunchTimeoutError,
     RankFailedError,
+    choose_backend,
     free_port,
     last_pids,
     launch,
 )
+from dpsim.runtime.launch import job as launch_job
+from dpsim.runtime.launch import ports as launch_ports
 
 try:
     import psutil
@@ -160,7 +162,7 @@ def test_module_function_all_reduce_with_args_kwargs_env() -> None:
     assert {o["world"] for o in out} == {2}
     assert [o["rank_env"] for o in out] == ["0", "1"]
     assert {o["extra"] for o in out} == {"x"}
-    assert {o["ifname"] for o in out} == {launch_module._loopback_ifname()}
+    assert {o["ifname"] for o in out} == {launch_ports._loopback_ifname()}
     _assert_no_ranks_left(last_pids())
 
 
@@ -184,7 +186,7 @@ def test_closure_on_one_rank_prints_and_uses_dataloader_workers(capfd: pytest.Ca
 
 
 def test_user_env_keeps_its_gloo_ifname() -> None:
-    ifname = launch_module._loopback_ifname()
+    ifname = launch_ports._loopback_ifname()
     if ifname is None:
         pytest.skip("no loopback interface name on this platform")
     got = launch(lambda r, w: os.environ["GLOO_SOCKET_IFNAME"], 1,
@@ -346,6 +348,20 @@ def test_nccl_without_enough_gpus_suggests_gloo() -> None:
         launch(lambda r, w: r, 2, backend="nccl")
 
 
+def test_choose_backend_one_rule_for_launch_and_torchrun() -> None:
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl_fits = dist.is_nccl_available() and gpus >= 2
+    assert choose_backend("auto", 2) == ("nccl" if nccl_fits else "gloo")
+    assert choose_backend("auto", gpus + 1) == "gloo"  # one GPU short: auto falls back
+    assert choose_backend("gloo", 2) == "gloo"
+    assert choose_backend("nccl", 2, check=False) == "nccl"  # torchrun: torch decides
+    if not nccl_fits:
+        with pytest.raises(ValueError, match="backend='nccl' needs one CUDA GPU per rank"):
+            choose_backend("nccl", 2)
+    with pytest.raises(ValueError, match="backend='mpi' is not known"):
+        choose_backend("mpi", 2)
+
+
 def test_transient_join_failures_start_the_group_again(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
@@ -360,7 +376,7 @@ def test_transient_join_failures_start_the_group_again(monkeypatch: pytest.Monke
                                   phase="init")
         return ["ok"] * self.world_size
 
-    monkeypatch.setattr(launch_module._Job, "run", flaky_run)
+    monkeypatch.setattr(launch_job._Job, "run", flaky_run)
     assert launch(lambda r, w: r, 2) == ["ok", "ok"]
     assert len(calls) == 3 and len(set(calls)) == 1  # one deadline for all attempts
     assert "attempt 3 of 3" in capsys.readouterr().err
@@ -370,7 +386,7 @@ def test_transient_join_failures_start_the_group_again(monkeypatch: pytest.Monke
         raise RankFailedError(1, "RuntimeError: Connection closed by peer", phase="fn")
 
     calls.clear()
-    monkeypatch.setattr(launch_module._Job, "run", fails_in_fn)
+    monkeypatch.setattr(launch_job._Job, "run", fails_in_fn)
     with pytest.raises(RankFailedError):  # once fn may have run, never start it again
         launch(lambda r, w: r, 2)
     assert len(calls) == 1

@@ -13,7 +13,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dpsim.runtime.launch import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -67,13 +68,6 @@ def unavailable_reason() -> str | None:
     except ImportError:
         return f"the Python package playwright is not installed in {sys.prefix}"
     return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def lab_argv(port: int) -> list[str]:

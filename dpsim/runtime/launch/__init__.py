@@ -1,0 +1,54 @@
+"""Run a Python function on N ranks of a real `torch.distributed` process group.
+
+`launch(fn, world_size)` starts one fresh Python process per rank (the `multiprocess`
+package, spawn start method), joins them into a process group and returns
+`[fn(0, N), fn(1, N), ...]`. `fn` and its arguments are shipped with dill (globals it uses
+included), so lambdas, closures and functions defined in a notebook cell work; the
+launching script's `__main__` is not re-run in the ranks.
+
+How it stays reliable in a notebook:
+
+* the launching process hosts the rendezvous `TCPStore` on a socket it bound to
+  `master_addr` with port 0 (the OS picks a free port), so concurrent launches never race
+  for a port and, by default, nothing listens beyond loopback (gloo is pinned to the
+  loopback interface too);
+* ranks start `fn` only once all of them joined the group, and leave together; a join that
+  fails with a transient connection error is retried with fresh processes;
+* a rank that raises, dies or hangs is reported as `RankFailedError` or
+  `LaunchTimeoutError` (with the Python stacks of hung ranks), and every rank process is
+  stopped (SIGTERM, then SIGKILL) and reaped before `launch` returns or raises,
+  KeyboardInterrupt included;
+* rank processes kill themselves when the launching process dies (PR_SET_PDEATHSIG on
+  Linux, a parent-watching thread elsewhere), so a kernel restart leaves no orphans.
+
+Only the standard library is imported at module level: torch is imported on use, after
+the rank's environment variables are set.
+
+The package, one job a module: `job` (`launch` and its join retries), `rank` (what runs
+inside a rank process), `supervise` (watching and stopping ranks), `ports` (the
+rendezvous store and free ports), `backend` (choosing gloo or nccl), `errors`.
+"""
+
+from __future__ import annotations
+
+from dpsim.runtime.launch.backend import BACKENDS, choose_backend
+from dpsim.runtime.launch.errors import LaunchError, LaunchTimeoutError, RankFailedError
+from dpsim.runtime.launch.job import MAX_WORLD_SIZE, last_pids, launch
+from dpsim.runtime.launch.ports import free_port
+
+__all__ = [
+    "BACKENDS",
+    "MAX_WORLD_SIZE",
+    "LaunchError",
+    "LaunchTimeoutError",
+    "RankFailedError",
+    "choose_backend",
+    "free_port",
+    "last_pids",
+    "launch",
+]
+
+# Tracebacks and reprs name the errors where users import them from.
+for _error in (LaunchError, LaunchTimeoutError, RankFailedError):
+    _error.__module__ = __name__
+del _error

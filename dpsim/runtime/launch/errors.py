@@ -1,0 +1,110 @@
+"""The errors `launch` raises when ranks do not all finish, and how a rank's exit reads."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping, Sequence
+
+__all__ = ["LaunchError", "LaunchTimeoutError", "RankFailedError"]
+
+
+class LaunchError(Exception):
+    """Base class of the errors `launch` raises when ranks do not all finish."""
+
+    pids: list[int]
+
+
+class RankFailedError(LaunchError, RuntimeError):
+    """A rank raised, returned something unpicklable, or its process died.
+
+    Attributes: `rank`, `traceback` (the rank's traceback text, "" if it died without
+    one), `exitcode` (process exit code, negative = killed by that signal; None if it
+    raised), `exc_type` (name of the exception class the rank raised, or None), `phase`
+    (where it raised: "start" = loading fn, "init" = joining the process group, "fn",
+    "result" = pickling the return value; None if it died), `other_failures` (one line per
+    other rank that failed too), `pids`.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        summary: str,
+        traceback_text: str = "",
+        *,
+        exitcode: int | None = None,
+        exc_type: str | None = None,
+        phase: str | None = None,
+        other_failures: Sequence[str] = (),
+        pids: Sequence[int] = (),
+    ) -> None:
+        message = f"rank {rank} failed: {summary}"
+        if traceback_text:
+            message += f"\n\nTraceback from rank {rank}:\n{traceback_text.rstrip()}"
+        if other_failures:
+            message += "\n\nOther ranks that failed too (often as a consequence):\n"
+            message += "\n".join(f"  {line}" for line in other_failures)
+        super().__init__(message)
+        self.rank = rank
+        self.summary = summary
+        self.traceback = traceback_text
+        self.exitcode = exitcode
+        self.exc_type = exc_type
+        self.phase = phase
+        self.other_failures = list(other_failures)
+        self.pids = list(pids)
+
+
+class LaunchTimeoutError(LaunchError, TimeoutError):
+    """Some ranks did not finish within `timeout_s`; they were stopped.
+
+    Attributes: `ranks` (the ranks that did not finish), `timeout_s` (seconds),
+    `stacks` (rank -> Python stack text captured just before stopping it, when available),
+    `pids`.
+    """
+
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        timeout_s: float,
+        *,
+        finished: Sequence[int] = (),
+        stacks: Mapping[int, str] | None = None,
+        pids: Sequence[int] = (),
+    ) -> None:
+        stacks = dict(stacks or {})
+        noun = "rank" if len(ranks) == 1 else "ranks"
+        message = (
+            f"{noun} {', '.join(map(str, ranks))} did not finish within timeout_s={timeout_s:g} s"
+            f" (finished: {list(finished) if finished else 'none'}); they were stopped. "
+            "A rank waits forever in a collective that another rank never calls; "
+            "raise timeout_s if the work is only slow (start-up takes 1-3 s)."
+        )
+        for rank in sorted(stacks):
+            message += f"\n\nWhere rank {rank} was:\n{stacks[rank].rstrip()}"
+        super().__init__(message)
+        self.ranks = list(ranks)
+        self.timeout_s = timeout_s
+        self.finished = list(finished)
+        self.stacks = stacks
+        self.pids = list(pids)
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    """Human words for a process exit code (negative = killed by that signal)."""
+    if exitcode is None:
+        return "its process ended (exit code unknown) before returning a result"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        text = f"its process was killed by {name} (exit code {exitcode}) before returning a result"
+        if name == "SIGKILL":
+            text += " (killed from outside, often by the out-of-memory killer)"
+        elif name in ("SIGSEGV", "SIGBUS", "SIGABRT"):
+            text += "; it crashed in native code"
+        return text
+    return (
+        f"its process exited with code {exitcode} before returning a result (if it never "
+        "started fn, its own traceback is in the output above)"
+    )

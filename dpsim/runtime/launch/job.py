@@ -1,0 +1,289 @@
+"""`launch`: check the arguments, start the ranks, collect them, retry a flaky join."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dpsim.runtime.launch.backend import BACKENDS, choose_backend
+from dpsim.runtime.launch.errors import LaunchTimeoutError, RankFailedError
+from dpsim.runtime.launch.ports import _is_loopback, _loopback_ifname, _start_store
+from dpsim.runtime.launch.rank import (
+    _RANK_NAME_PREFIX,
+    _interactive_sources,
+    _rank_main,
+    _RankSpec,
+    _skip_main_reimport,
+)
+from dpsim.runtime.launch.supervise import _collect, _read_stacks, _stop
+from dpsim.validation import require_choice, require_int, require_range
+
+__all__ = ["MAX_WORLD_SIZE", "last_pids", "launch"]
+
+MAX_WORLD_SIZE = 64
+
+_EXIT_GRACE_S = 3.0  # after every rank returned, how long ranks may take to exit, seconds
+_JOIN_ATTEMPTS = 3
+_TRANSIENT_JOIN_ERRORS = (
+    "connectFullMesh", "Connection closed by peer", "Connection reset by peer",
+    "Connect timeout", "Broken pipe",
+)
+
+_pids_lock = threading.Lock()
+_last_pids: list[int] = []
+
+
+def last_pids() -> list[int]:
+    """Process ids of the ranks of the most recent `launch` in this process (for checks)."""
+    with _pids_lock:
+        return list(_last_pids)
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int = 2,
+    *,
+    args: tuple[Any, ...] = (),
+    kwargs: dict[str, Any] | None = None,
+    backend: str = "auto",
+    timeout_s: float = 120.0,
+    master_addr: str = "127.0.0.1",
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run `fn(rank, world_size, *args, **kwargs)` on `world_size` ranks; return results by rank.
+
+    Each rank is a fresh Python process (spawned) in which the default process group is
+    initialised when `fn` starts (`backend`: "gloo", "nccl", or "auto" = nccl when there is
+    one GPU per rank, else gloo; with nccl, rank r uses cuda:r) and destroyed after `fn`
+    returns. `fn`, `args`, `kwargs` and the return values travel with dill.
+
+    `world_size`: 1..64 ranks. `timeout_s`: seconds (> 0, may be inf) for the whole launch,
+    start-up (about 1.5 s per rank-core: each rank imports torch) included. `master_addr`:
+    address of this machine the rendezvous binds to (loopback by default). `env`: extra
+    environment variables for the ranks (set before torch is imported there). Unless
+    OMP_NUM_THREADS is set, each rank uses usable-CPUs // world_size intra-op threads.
+    Prints of the ranks go to this process's stdout/stderr (so to the notebook). Ranks
+    end with os._exit after atexit handlers: files they write should be closed in `fn`.
+
+    Raises `RankFailedError` when a rank raises or dies, `LaunchTimeoutError` when ranks do
+    not finish in time, `ValueError` for bad arguments. All rank processes are gone when
+    this returns or raises.
+    """
+    world_size = require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    require_choice("backend", backend, BACKENDS)
+    timeout_s = float(require_range("timeout_s", timeout_s, 0, None, low_inclusive=False))
+    _check_call(fn, args, kwargs, master_addr)
+    user_env = _check_env(env)
+    payload = _ship(fn, args, kwargs)
+    resolved = choose_backend(backend, world_size)
+    sources = _interactive_sources()
+    base_env = _network_env(master_addr, resolved)
+    base_env.update(user_env)
+    num_threads = None
+    if "OMP_NUM_THREADS" not in base_env and "OMP_NUM_THREADS" not in os.environ:
+        num_threads = max(1, _usable_cpus() // world_size)
+
+    import multiprocess
+
+    ctx = multiprocess.get_context("spawn")
+    _skip_main_reimport()
+    job = _Job(
+        ctx=ctx, payload=payload, world_size=world_size, backend=resolved,
+        master_addr=master_addr, timeout_s=timeout_s, env=base_env, num_threads=num_threads,
+        sources=sources,
+    )
+    return _run_with_retries(job, time.monotonic() + timeout_s)
+
+
+def _check_call(fn: Callable[..., Any], args: Any, kwargs: Any, master_addr: Any) -> None:
+    """ValueError unless fn is callable, args a tuple, kwargs a dict, master_addr a host."""
+    if not callable(fn):
+        raise ValueError(f"fn={fn!r} is not callable; give a function fn(rank, world_size, ...)")
+    if not isinstance(args, (tuple, list)):
+        raise ValueError(f"args={args!r} is not allowed; give a tuple")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ValueError(f"kwargs={kwargs!r} is not allowed; give a dict (or None)")
+    if not isinstance(master_addr, str) or not master_addr:
+        raise ValueError(f"master_addr={master_addr!r} is not allowed; give a host name or IP")
+
+
+def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """A copy of `env` (None -> {}); ValueError unless it maps str to str."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ValueError(f"env={env!r} is not allowed; give a dict of str -> str (or None)")
+    return dict(env)
+
+
+def _ship(fn: Callable[..., Any], args: Any, kwargs: Mapping[str, Any] | None) -> bytes:
+    """dill bytes of (fn, args, kwargs) for the ranks; ValueError naming the fix if not."""
+    import dill
+
+    try:
+        payload: bytes = dill.dumps((fn, tuple(args), dict(kwargs or {})), recurse=True)
+    except Exception as exc:
+        raise ValueError(
+            f"fn, args or kwargs cannot be pickled with dill to ship them to the ranks: "
+            f"{type(exc).__name__}: {exc}. Create such objects (locks, open files, "
+            "generators) inside fn instead."
+        ) from exc
+    return payload
+
+
+def _network_env(master_addr: str, backend: str) -> dict[str, str]:
+    """Pin gloo (and nccl) to the loopback interface when the rendezvous is on loopback."""
+    env: dict[str, str] = {}
+    if _is_loopback(master_addr):
+        ifname = _loopback_ifname()
+        if ifname is not None:
+            env["GLOO_SOCKET_IFNAME"] = ifname
+            if backend == "nccl":
+                env["NCCL_SOCKET_IFNAME"] = ifname
+    return env
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# --------------------------------------------------------------------------- join retries
+
+
+def _run_with_retries(job: _Job, deadline: float) -> list[Any]:
+    """`job.run(deadline)`, started again (same deadline) after a transient join failure."""
+    for attempt in range(1, _JOIN_ATTEMPTS + 1):
+        try:
+            return job.run(deadline)
+        except RankFailedError as err:
+            if attempt == _JOIN_ATTEMPTS or not _is_transient_join_failure(err):
+                raise
+            print(
+                f"dpsim.launch: rank {err.rank} could not join the process group "
+                f"({err.summary.splitlines()[0][:160]}); no rank had started fn, starting "
+                f"all {job.world_size} ranks again (attempt {attempt + 1} of {_JOIN_ATTEMPTS})",
+                file=sys.stderr, flush=True,
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _is_transient_join_failure(err: RankFailedError) -> bool:
+    """True for a flaky gloo/NCCL connection error while ranks were joining the group.
+
+    Gloo's full-mesh connect occasionally fails on a loaded machine ("Connection closed by
+    peer"). Ranks only start fn after all joined, so starting the group again is safe.
+    """
+    return err.phase == "init" and any(text in err.summary for text in _TRANSIENT_JOIN_ERRORS)
+
+
+# --------------------------------------------------------------------------- one attempt
+
+
+@dataclass
+class _Job:
+    """One `launch` call's fixed inputs; `run` starts the ranks once and collects them."""
+
+    ctx: Any
+    payload: bytes
+    world_size: int
+    backend: str
+    master_addr: str
+    timeout_s: float
+    env: dict[str, str]
+    num_threads: int | None
+    sources: dict[str, tuple[Any, ...]]
+
+    def run(self, deadline: float) -> list[Any]:
+        """Start all ranks, wait until `deadline` (time.monotonic s), stop them, return."""
+        store, store_host, store_port = _start_store(self.master_addr, self.world_size,
+                                                     self.timeout_s)
+        store_prefix = f"dpsim-{secrets.token_hex(8)}/"
+        procs: list[Any] = []
+        conns: list[Any] = []
+        dump_conns: list[Any] = []
+        try:
+            for rank in range(self.world_size):
+                spec = self._spec(rank, store_host, store_port, store_prefix)
+                self._start_rank(spec, procs, conns, dump_conns)
+            return self._results(procs, conns, dump_conns, deadline)
+        finally:
+            _stop(procs)
+            for conn in conns + dump_conns:
+                with contextlib.suppress(OSError):
+                    conn.close()
+            for p in procs:
+                with contextlib.suppress(ValueError, AttributeError):
+                    p.close()
+            del store
+
+    def _spec(self, rank: int, store_host: str, store_port: int, store_prefix: str
+              ) -> _RankSpec:
+        """What rank `rank` needs, its torchrun-style environment variables included."""
+        rank_env = dict(self.env)
+        rank_env.update(
+            MASTER_ADDR=store_host, MASTER_PORT=str(store_port), RANK=str(rank),
+            LOCAL_RANK=str(rank), WORLD_SIZE=str(self.world_size),
+            LOCAL_WORLD_SIZE=str(self.world_size),
+        )
+        return _RankSpec(
+            rank=rank, world_size=self.world_size, backend=self.backend,
+            store_host=store_host, store_port=store_port, timeout_s=self.timeout_s,
+            parent_pid=os.getpid(), payload=self.payload, store_prefix=store_prefix,
+            env=rank_env, num_threads=self.num_threads, sources=self.sources,
+        )
+
+    def _start_rank(self, spec: _RankSpec, procs: list[Any], conns: list[Any],
+                    dump_conns: list[Any]) -> None:
+        """Start one rank process; append it and its read ends of the pipes to the lists."""
+        result_r, result_w = self.ctx.Pipe(duplex=False)
+        dump_r, dump_w = self.ctx.Pipe(duplex=False)
+        conns.append(result_r)
+        dump_conns.append(dump_r)
+        proc = self.ctx.Process(target=_rank_main, args=(spec, result_w, dump_w),
+                                name=f"{_RANK_NAME_PREFIX}{spec.rank}", daemon=False)
+        procs.append(proc)
+        try:
+            proc.start()
+        finally:
+            result_w.close()
+            dump_w.close()
+        with _pids_lock:
+            _last_pids[:] = [p.pid for p in procs if p.pid is not None]
+
+    def _results(self, procs: list[Any], conns: list[Any], dump_conns: list[Any],
+                 deadline: float) -> list[Any]:
+        """Collect the started ranks; return their results or raise the launch's error."""
+        pids = [p.pid for p in procs]
+        results, failures = _collect(procs, conns, deadline)
+        if failures:
+            failures.sort(key=lambda f: not f.died)  # a dead process is the likely cause
+            first, others = failures[0], failures[1:]
+            _stop(procs)
+            raise RankFailedError(
+                first.rank, first.summary, first.traceback, exitcode=first.exitcode,
+                exc_type=first.exc_type, phase=first.phase,
+                other_failures=[f"rank {f.rank}: {f.summary}" for f in others], pids=pids,
+            )
+        stuck = [rank for rank in range(self.world_size) if rank not in results]
+        if stuck:
+            stacks = _read_stacks(procs, dump_conns, stuck)
+            _stop(procs)
+            raise LaunchTimeoutError(stuck, self.timeout_s, finished=sorted(results),
+                                     stacks=stacks, pids=pids)
+        exit_deadline = time.monotonic() + _EXIT_GRACE_S
+        for p in procs:
+            p.join(max(0.0, exit_deadline - time.monotonic()))
+        return [results[rank] for rank in range(self.world_size)]
