@@ -1,6 +1,7 @@
 # Two commands for a newcomer:
 #   make lab    create .venv on first use, then open JupyterLab on the notebooks
 #   make test   create or reuse .venv, then run the whole suite
+# For the edit-test loop: make test-fast (no process groups, no notebooks; under a minute).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -15,7 +16,7 @@ ifeq ($(PIN_TORCH),1)
   CONSTRAINTS := -c constraints/ci.txt
 endif
 
-.PHONY: lab test lint test-gpu test-browser bench exercises clean
+.PHONY: lab test test-fast lint test-gpu test-browser bench exercises clean
 
 $(STAMP): pyproject.toml constraints/ci.txt
 	@echo "dpsim: setting up $(VENV) (first time: about 1-3 minutes)"
@@ -28,16 +29,21 @@ lab: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts
-	$(BIN)/mypy dpsim
+	$(BIN)/mypy
 
 exercises: $(STAMP)
 	$(BIN)/python -m dpsim exercises build
 
 test: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts
-	$(BIN)/mypy dpsim
+	$(BIN)/mypy
 	$(BIN)/python -m dpsim exercises check
 	$(BIN)/python -m pytest tests notebooks solutions --nbval-lax --nbval-current-env -p no:cacheprovider
+
+# Tests not marked `slow` start no process (tests/conftest.py enforces it).
+test-fast: $(STAMP)
+	$(BIN)/ruff check dpsim tests benchmarks scripts
+	$(BIN)/python -m pytest tests -m "not slow" --ignore=tests/browser -q -p no:cacheprovider
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest tests -m gpu -p no:cacheprovider

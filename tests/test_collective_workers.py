@@ -45,6 +45,7 @@ def four_ranks() -> list[dict[str, Any]]:
     return launch(_everything, 4, backend="gloo", timeout_s=120)
 
 
+@pytest.mark.slow
 def test_hand_ring_equals_dist_all_reduce_on_4_gloo_ranks(four_ranks: list[dict]) -> None:
     for rank, result in enumerate(four_ranks):
         for (n, segment), err in result["errors"].items():
@@ -54,6 +55,7 @@ def test_hand_ring_equals_dist_all_reduce_on_4_gloo_ranks(four_ranks: list[dict]
         assert torch.equal(result["matrix"], expected)
 
 
+@pytest.mark.slow
 def test_each_collective_before_and_after(four_ranks: list[dict]) -> None:
     shown = [r["shown"] for r in four_ranks]
     own = [[10.0 * (r + 1), 10.0 * (r + 1) + 1] for r in range(4)]
@@ -72,6 +74,7 @@ def test_each_collective_before_and_after(four_ranks: list[dict]) -> None:
         assert s["all_reduce"]["before"] == own[r]
 
 
+@pytest.mark.slow
 def test_timing_sweep_returns_positive_medians(four_ranks: list[dict]) -> None:
     timed = four_ranks[0]["timed"]
     assert set(timed) == {"hand", "torch"}
@@ -121,6 +124,7 @@ def test_fit_bad_input() -> None:
         fit_alpha_beta([1024, 2048], [1e-3, 2e-3], 1)
 
 
+@pytest.mark.slow
 def test_calibrate_times_real_ranks_and_fits() -> None:
     from dpsim.runtime.calibrate_links import calibrate
 

@@ -125,6 +125,7 @@ def test_every_registered_exercise_is_in_a_solution_notebook() -> None:
         assert all(name.startswith(f"{ex.chapter:02d}_") for name in homes)
 
 
+@pytest.mark.slow
 def test_generated_exercise_notebook_fails_only_in_graded_cells() -> None:
     """Run exercises/01: each graded cell raises ExerciseFailed, nothing else errors."""
     from nbclient import NotebookClient

@@ -24,6 +24,7 @@ def runs(request: pytest.FixtureRequest) -> dict[str, FSDPRun]:
     return run_fsdp_models(request.param, MODELS, steps=3, batch_size=4, timeout_s=180.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_measured_shard_bytes_equal_prediction(runs: dict[str, FSDPRun], model: str) -> None:
     run = runs[model]
@@ -39,6 +40,7 @@ def test_measured_shard_bytes_equal_prediction(runs: dict[str, FSDPRun], model: 
     assert sum(m.parameters for m in run.measured) == total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_fsdp_trains_the_same_model_as_one_process(runs: dict[str, FSDPRun], model: str
                                                    ) -> None:
@@ -53,6 +55,7 @@ def test_fsdp_trains_the_same_model_as_one_process(runs: dict[str, FSDPRun], mod
     assert moved > 100 * TOLERANCE  # training changed the parameters: equality means something
 
 
+@pytest.mark.slow
 def test_measured_timeline_has_fsdp_collectives(runs: dict[str, FSDPRun]) -> None:
     trace = runs["residual"].trace
     assert trace is not None and trace.source == "measured"

@@ -170,6 +170,7 @@ def test_pure_python_threads_do_not_scale() -> None:
     assert set(res.traces) == {1, 2} and len(res.traces[2].filter(kind="work")) == 2
 
 
+@pytest.mark.slow
 def test_processes_and_torch_workloads_run() -> None:
     res = gil_measure.measure_scaling("python", (1, 2), "processes", work_s=0.02, trials=1)
     assert len(res.times_s) == 2 and all(t > 0 for t in res.times_s)

@@ -73,6 +73,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[str
     return rows, out.getvalue()
 
 
+@pytest.mark.slow
 def test_solutions_get_full_marks(graded: tuple[dict[str, dict[str, str]], str]) -> None:
     rows, _ = graded
     row = rows["01_single_device.ipynb"]
@@ -80,6 +81,7 @@ def test_solutions_get_full_marks(graded: tuple[dict[str, dict[str, str]], str])
         "2", "2", "1", "5", "5")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["exercises", "01_fake_pass.ipynb", "01_patched.ipynb",
                                   "01_raises.ipynb"])
 def test_stubs_and_cheats_get_nothing(graded: tuple[dict[str, dict[str, str]], str],
@@ -89,6 +91,7 @@ def test_stubs_and_cheats_get_nothing(graded: tuple[dict[str, dict[str, str]], s
     assert [rows[name][i] for i in ("1.1", "1.2", "1.3")] == ["0", "0", "0"]
 
 
+@pytest.mark.slow
 def test_endless_cell_is_cut_and_the_rest_still_graded(
         graded: tuple[dict[str, dict[str, str]], str]) -> None:
     rows, out = graded
@@ -99,6 +102,7 @@ def test_endless_cell_is_cut_and_the_rest_still_graded(
     assert "`training_state_bytes` is not defined in the notebook" in out
 
 
+@pytest.mark.slow
 def test_report_explains_each_zero(graded: tuple[dict[str, dict[str, str]], str]) -> None:
     _, out = graded
     assert "notebook" in out.splitlines()[out.splitlines().index("") + 1]  # the table header
@@ -122,6 +126,7 @@ def _main_function(source: str, name: str) -> bytes:
     return dill.dumps(namespace[name], recurse=True)
 
 
+@pytest.mark.slow
 def test_clean_process_survives_hostile_functions(tmp_path: Path) -> None:
     found = {
         "loops": _main_function("def loops(*a, **k):\n    while True:\n        pass", "loops"),
@@ -143,6 +148,7 @@ def test_clean_process_survives_hostile_functions(tmp_path: Path) -> None:
     assert results["9.9"]["message"] == "`bad` could not be pickled: TypeError: nope"
 
 
+@pytest.mark.slow
 def test_score_table_and_missing_file(tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     a = grader.NotebookGrade("a.ipynb", {"1.1": grader.ExerciseGrade("1.1", 2, 2)})

@@ -119,6 +119,7 @@ def test_2_3_classify_recognises_each_mistake() -> None:
 
 
 # --- 2.3: real ranks ----------------------------------------------------------------------
+@pytest.mark.slow
 def test_2_3_library_ring_passes_on_3_real_ranks(capsys: pytest.CaptureFixture[str]) -> None:
     check("2.3", ring_all_reduce_)
     assert capsys.readouterr().out == "PASS 2.3 (5/5)\n"
@@ -136,6 +137,7 @@ def no_all_gather(tensor: torch.Tensor) -> None:
         chunks[recv] += buf
 
 
+@pytest.mark.slow
 def test_2_3_missing_all_gather_is_caught_on_real_ranks() -> None:
     result = run_check("2.3", no_all_gather)
     assert not result.ok

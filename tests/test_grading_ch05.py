@@ -71,11 +71,13 @@ def sum_only(model, world_size):  # type: ignore[no-untyped-def]
             dist.all_reduce(p.grad)
 
 
+@pytest.mark.slow
 def test_5_2_right_answer_passes_on_real_ranks() -> None:
     result = run_check("5.2", average_gradients)
     assert result.ok, result.message
 
 
+@pytest.mark.slow
 def test_5_2_wrong_answer_is_caught_on_real_ranks() -> None:
     """One launch; the other outcomes (reduce to rank 0, ...) are tested on classify()."""
     result = run_check("5.2", sum_only)

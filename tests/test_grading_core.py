@@ -152,6 +152,11 @@ def test_check_leaves_the_callers_torch_rng_alone() -> None:
 
 EXERCISES = all_exercises()
 IDS = [ex.exercise_id for ex in EXERCISES]
+# Exercises whose cases call the learner's function some other way (on real ranks) start
+# processes: slow.
+ON_RANKS = [pytest.param(ex.exercise_id,
+                         marks=[pytest.mark.slow] if any(c.call for c in ex.cases()) else [])
+            for ex in EXERCISES]
 
 
 def test_registry_discovers_the_chapter_modules() -> None:
@@ -170,7 +175,7 @@ def test_cases_are_seeded_and_several(exercise_id: str) -> None:
     assert all(c.label for c in first)
 
 
-@pytest.mark.parametrize("exercise_id", IDS)
+@pytest.mark.parametrize("exercise_id", ON_RANKS)
 @pytest.mark.parametrize("constant", [0, None])
 def test_constant_answers_are_caught(exercise_id: str, constant: object) -> None:
     result = run_check(exercise_id, lambda *args, **kwargs: constant)

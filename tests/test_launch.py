@@ -147,12 +147,14 @@ def _hang_on_rank_1(rank: int, world_size: int, directory: str) -> int:
 # --------------------------------------------------------------------------- success
 
 
+@pytest.mark.slow
 def test_lambda_results_come_back_by_rank() -> None:
     assert launch(lambda r, w: (r, w), 2) == [(0, 2), (1, 2)]
     _assert_no_ranks_left(last_pids())
     assert len(last_pids()) == 2
 
 
+@pytest.mark.slow
 def test_module_function_all_reduce_with_args_kwargs_env() -> None:
     out = launch(_all_reduce_info, 2, args=(1.0,), kwargs={"scale": 2.0},
                  env={"DPSIM_TEST_VAR": "x"}, backend="gloo")
@@ -166,6 +168,7 @@ def test_module_function_all_reduce_with_args_kwargs_env() -> None:
     _assert_no_ranks_left(last_pids())
 
 
+@pytest.mark.slow
 def test_closure_on_one_rank_prints_and_uses_dataloader_workers(capfd: pytest.CaptureFixture[str]
                                                         ) -> None:
     offset = 5
@@ -185,6 +188,7 @@ def test_closure_on_one_rank_prints_and_uses_dataloader_workers(capfd: pytest.Ca
     _assert_no_ranks_left(last_pids())
 
 
+@pytest.mark.slow
 def test_user_env_keeps_its_gloo_ifname() -> None:
     ifname = launch_ports._loopback_ifname()
     if ifname is None:
@@ -194,6 +198,7 @@ def test_user_env_keeps_its_gloo_ifname() -> None:
     assert got == [ifname]
 
 
+@pytest.mark.slow
 def test_two_concurrent_launches_both_succeed() -> None:
     outs: dict[int, Any] = {}
     errors: list[BaseException] = []
@@ -222,6 +227,7 @@ def test_two_concurrent_launches_both_succeed() -> None:
 # machine can take several seconds and is not what these tests are about).
 
 
+@pytest.mark.slow
 def test_rank_that_raises_is_reported_fast(tmp_path: Path) -> None:
     with pytest.raises(RankFailedError) as info:
         launch(_raise_on_rank_1, 2, args=(str(tmp_path),), timeout_s=60)
@@ -237,6 +243,7 @@ def test_rank_that_raises_is_reported_fast(tmp_path: Path) -> None:
     _assert_no_ranks_left(err.pids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "exitcode", "words"),
                          [("sigkill", -9, "SIGKILL"), ("exit", 7, "code 7")])
 def test_killed_rank_is_reported_fast(tmp_path: Path, how: str, exitcode: int, words: str
@@ -253,6 +260,7 @@ def test_killed_rank_is_reported_fast(tmp_path: Path, how: str, exitcode: int, w
     _assert_no_ranks_left(err.pids)
 
 
+@pytest.mark.slow
 def test_hanging_ranks_time_out_with_their_stacks(tmp_path: Path) -> None:
     timeout_s = 7.0
     start = time.monotonic()
@@ -271,6 +279,7 @@ def test_hanging_ranks_time_out_with_their_stacks(tmp_path: Path) -> None:
     _assert_no_ranks_left(err.pids)
 
 
+@pytest.mark.slow
 def test_traceback_shows_lines_of_code_without_a_file() -> None:
     """Like a notebook cell: the source lives only in this process's linecache."""
     import linecache
@@ -289,6 +298,7 @@ def test_traceback_shows_lines_of_code_without_a_file() -> None:
     assert "# the failing line" in info.value.traceback
 
 
+@pytest.mark.slow
 def test_unpicklable_result_is_a_clear_rank_failure() -> None:
     with pytest.raises(RankFailedError, match="cannot be pickled") as info:
         launch(lambda r, w: (x for x in range(3)), 2)
@@ -296,6 +306,7 @@ def test_unpicklable_result_is_a_clear_rank_failure() -> None:
     _assert_no_ranks_left(info.value.pids)
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_in_parent_stops_all_ranks() -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("SIGINT reaches only the main thread")
@@ -419,6 +430,7 @@ def _run_script(tmp_path: Path, code: str, timeout: float = 120) -> tuple[int, s
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 def test_main_module_functions_and_globals_are_shipped(tmp_path: Path) -> None:
     """Like a notebook: fn, a helper, a class and a constant live in __main__.
 
@@ -452,6 +464,7 @@ def test_main_module_functions_and_globals_are_shipped(tmp_path: Path) -> None:
     assert "RESULT [9.0, 9.0]" in out, out
 
 
+@pytest.mark.slow
 def test_ranks_exit_when_the_launching_process_dies(tmp_path: Path) -> None:
     returncode, out, err = _run_script(tmp_path, f"""
         import json, os, signal, threading, time

@@ -22,6 +22,7 @@ def verdicts():  # type: ignore[no-untyped-def]
     return run_all(Lab(world_size=2))
 
 
+@pytest.mark.slow
 def test_every_claim_has_a_computed_verdict(verdicts) -> None:  # type: ignore[no-untyped-def]
     assert [v.number for v in verdicts] == list(range(1, 19))
     for v in verdicts:
@@ -31,6 +32,7 @@ def test_every_claim_has_a_computed_verdict(verdicts) -> None:  # type: ignore[n
         assert v.checks == tuple(get_claim(v.number).checks(v.evidence))  # from the evidence
 
 
+@pytest.mark.slow
 def test_known_answers(verdicts) -> None:  # type: ignore[no-untyped-def]
     got = {v.number: v.verdict for v in verdicts}
     for n in TIMED_CLAIMS:  # a timed detail may fail on a busy machine: right or depends
@@ -44,6 +46,7 @@ def _flip(number: int, evidence: dict, edit) -> str:  # type: ignore[no-untyped-
     return judge(get_claim(number).checks(e))
 
 
+@pytest.mark.slow
 def test_verdicts_follow_the_evidence(verdicts) -> None:  # type: ignore[no-untyped-def]
     """Change the numbers and the verdict changes: nothing is typed in."""
     ev = {v.number: v.evidence for v in verdicts}
@@ -89,6 +92,7 @@ def test_claims_without_the_real_run_say_so() -> None:
     assert all("real DDP run" in x.reason for x in v)
 
 
+@pytest.mark.slow
 def test_docs_claims_md_is_in_sync(verdicts) -> None:  # type: ignore[no-untyped-def]
     path = Path(__file__).resolve().parent.parent / "docs" / "claims.md"
     rows = [line for line in path.read_text().splitlines() if line.startswith("| ")][1:]
@@ -100,6 +104,7 @@ def test_docs_claims_md_is_in_sync(verdicts) -> None:  # type: ignore[no-untyped
     assert len(CLAIMS) == 18 and claims_markdown(verdicts).count("\n| ") == 19
 
 
+@pytest.mark.slow
 def test_figures_build(verdicts) -> None:  # type: ignore[no-untyped-def]
     from dpsim.viz.myths import FIGURES, evidence_view, verdict_table
 

@@ -74,6 +74,7 @@ def test_strip_keeps_only_checked_outputs() -> None:
     assert nb.metadata == {"language_info": {"name": "python"}}
 
 
+@pytest.mark.slow
 def test_refresh_runs_and_check_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "01_tiny.ipynb"
     (tmp_path / "data.txt").write_text("from the notebook's folder")

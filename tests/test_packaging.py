@@ -3,9 +3,8 @@
 import re
 import subprocess
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONDA_NAMES = {"torch": "pytorch"}
@@ -36,6 +35,7 @@ def test_ci_runs_exactly_make_test() -> None:
     assert "make test" in lines
 
 
+@pytest.mark.slow
 def test_doctor_runs_and_lists_every_chapter() -> None:
     out = subprocess.run([sys.executable, "-m", "dpsim", "doctor"], capture_output=True,
                          text=True, timeout=120, check=True).stdout
@@ -50,3 +50,14 @@ def test_lab_binds_loopback_with_a_token() -> None:
     argv, token = lab_command(port=9999, open_browser=False)
     assert "--ServerApp.ip=127.0.0.1" in argv
     assert f"--IdentityProvider.token={token}" in argv and len(token) >= 24
+
+
+def test_one_python_floor_everywhere() -> None:
+    """requires-python, ruff's target, mypy's python_version and environment.yml agree."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    floor = config["project"]["requires-python"].removeprefix(">=")
+    assert config["tool"]["ruff"]["target-version"] == "py" + floor.replace(".", "")
+    assert config["tool"]["mypy"]["python_version"] == floor
+    assert f"python>={floor}" in (ROOT / "environment.yml").read_text()
+    assert f"Python {floor}+" in (ROOT / "README.md").read_text()
+    assert sys.version_info >= tuple(int(p) for p in floor.split("."))

@@ -93,6 +93,7 @@ def _checksums(text: str) -> dict[int, tuple[int, str]]:
     return {int(r): (int(n), c) for r, n, c in CHECKSUM.findall(text)}
 
 
+@pytest.mark.slow
 def test_torchrun_standalone_runs_two_ranks(outputs: dict[str, str]) -> None:
     text = outputs["standalone"]
     assert text.startswith("exit code 0"), text[-3000:]
@@ -102,6 +103,7 @@ def test_torchrun_standalone_runs_two_ranks(outputs: dict[str, str]) -> None:
     assert "world_size 2, backend gloo" in text or "backend nccl" in text
 
 
+@pytest.mark.slow
 def test_torchrun_two_nodes_over_loopback(outputs: dict[str, str]) -> None:
     node0, node1 = outputs["node0"], outputs["node1"]
     assert node0.startswith("exit code 0"), node0[-3000:]
@@ -113,5 +115,6 @@ def test_torchrun_two_nodes_over_loopback(outputs: dict[str, str]) -> None:
     assert ranks[0] == _checksums(outputs["standalone"])[0]
 
 
+@pytest.mark.slow
 def test_no_process_is_left_behind(outputs: dict[str, str]) -> None:
     assert outputs["leftovers"] == ""
