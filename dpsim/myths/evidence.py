@@ -75,7 +75,7 @@ class Lab:
 
 def _dp_reenacted(n_out: int, n_devices: int = 4, batch: int = 128) -> Any:
     from dpsim.runtime.data import classification
-    from dpsim.runtime.dp_cpu import reenact_step
+    from dpsim.runtime.dp_reenact import reenact_step
     from dpsim.runtime.models import mlp
 
     x, y = classification(batch, 32, n_out, seed=0).tensors

@@ -1,8 +1,9 @@
 """Measure the memory of a real training step by summing the tensors that exist.
 
-Activations are what autograd saves for backward (seen through
-`torch.autograd.graph.saved_tensors_hooks`), counted once per storage, parameters
-excluded. On CUDA, `torch.cuda` memory statistics are recorded too.
+The one home of byte counting on real tensors: a tensor's bytes, distinct storages'
+bytes, optimizer state, and what autograd saves for backward (seen through
+`torch.autograd.graph.saved_tensors_hooks`, counted once per storage, parameters
+excluded). On CUDA, `torch.cuda` memory statistics are recorded too.
 """
 
 from __future__ import annotations
@@ -10,11 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
 
 from dpsim.memory import MemoryBreakdown
+
+SavedSize = Literal["storage", "view"]
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of `t`'s elements (numel x element size), whatever storage is behind it."""
+    return t.numel() * t.element_size()
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -47,9 +56,8 @@ def model_state_breakdown(model: nn.Module, optimizer: torch.optim.Optimizer) ->
 class SavedTensors:
     """Storages autograd saved for backward while the context was open."""
 
-    exclude: set[int] = field(default_factory=set)
-    storages: dict[int, int] = field(default_factory=dict)
-    alive: list[torch.Tensor] = field(default_factory=list)
+    exclude: set[int] = field(default_factory=set)  # data pointers of storages left out
+    storages: dict[int, int] = field(default_factory=dict)  # data pointer -> bytes
 
     @property
     def nbytes(self) -> int:
@@ -58,13 +66,25 @@ class SavedTensors:
 
 
 @contextmanager
-def saved_activations(model: nn.Module) -> Iterator[SavedTensors]:
-    """Count what autograd saves (parameters excluded) during the `with` block."""
-    record = SavedTensors(exclude={p.untyped_storage().data_ptr() for p in model.parameters()})
+def saved_tensors(exclude: Iterable[torch.Tensor] = (), *, size: SavedSize = "storage",
+                  scalars: bool = True) -> Iterator[SavedTensors]:
+    """Count the bytes autograd saves during the `with` block, once per storage.
+
+    Storages behind `exclude` (parameters, inputs) and empty tensors are left out.
+    size "storage": a storage counts its whole `nbytes()` (what memory holds); "view":
+    the largest saved view of it, numel x element size (what a virtual device of the
+    DataParallel re-enactment holds). scalars=False also leaves 0-dim tensors out
+    (nll_loss's 4-byte `total_weight`).
+    """
+    record = SavedTensors(exclude={t.untyped_storage().data_ptr() for t in exclude})
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
-        if ptr not in record.exclude and t.numel() > 0:
+        if ptr in record.exclude or t.numel() == 0 or (not scalars and t.dim() == 0):
+            return t
+        if size == "view":
+            record.storages[ptr] = max(record.storages.get(ptr, 0), tensor_bytes(t))
+        else:
             record.storages[ptr] = t.untyped_storage().nbytes()
         return t
 
@@ -94,7 +114,7 @@ def measure_step_memory(
         torch.cuda.reset_peak_memory_stats(x.device)
         before = torch.cuda.memory_allocated(x.device)
     optimizer.zero_grad(set_to_none=True)
-    with saved_activations(model) as saved:
+    with saved_tensors(model.parameters()) as saved:
         loss = loss_fn(model(x), y)
     if cuda:
         after_forward = torch.cuda.memory_allocated(x.device)

@@ -39,8 +39,8 @@ def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> dict[
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
+    from dpsim.runtime.batch_semantics import ddp_batch_worker
     from dpsim.runtime.ddp_options import no_sync_demo
-    from dpsim.runtime.dp_cpu import ddp_batch_worker
 
     torch.set_num_threads(1)
     model = _model(seed=100 + rank)  # a different initialisation on every rank

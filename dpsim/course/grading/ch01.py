@@ -19,6 +19,7 @@ from torch import nn
 from dpsim.course.grading.core import Case, exercise
 from dpsim.memory import max_batch_size, model_state_bytes
 from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.measure import optimizer_tensors, saved_tensors, storage_bytes
 from dpsim.workload import Layer, Workload
 
 FP32_BYTES = 4
@@ -62,12 +63,9 @@ def measured_state_bytes(module: nn.Module, optimizer: str) -> int:
     y = torch.randint(0, last.out_features, (4,))
     F.cross_entropy(model(x), y).backward()
     opt.step()
-    tensors = [p for p in model.parameters()] + [p.grad for p in model.parameters()
-                                                 if p.grad is not None]
-    tensors += [v for state in opt.state.values() for v in state.values()
-                if isinstance(v, torch.Tensor)]
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-    return sum(storages.values())
+    params = list(model.parameters())
+    return storage_bytes([*params, *(p.grad for p in params if p.grad is not None),
+                          *optimizer_tensors(opt)])
 
 
 @exercise("1.1", function="training_state_bytes", title="Bytes of the training state",
@@ -126,19 +124,10 @@ def measured_activation_bytes(module: nn.Module, x: torch.Tensor, y: torch.Tenso
 
     Parameters and 0-dim tensors (nll_loss's 4-byte `total_weight`) are left out.
     """
-    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params and t.dim() > 0:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_tensors(module.parameters(), scalars=False) as saved:
         loss = F.cross_entropy(module(x), y)
     del loss
-    return sum(saved.values())
+    return saved.nbytes
 
 
 @exercise("1.2", function="mlp_activation_bytes", title="Activation bytes of an MLP",

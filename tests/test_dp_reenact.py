@@ -1,4 +1,4 @@
-"""DataParallel run for real (dpsim.runtime.dp_cpu): CPU re-enactment, batch semantics, CUDA."""
+"""DataParallel re-enacted on CPU threads over virtual devices (dpsim.runtime.dp_reenact)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,12 @@ from torch import nn
 
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.data import classification
-from dpsim.runtime.dp_cpu import (
-    compare_batch_semantics,
-    cuda_step,
-    reenact_step,
-    replicate_module,
-    run_step,
-    single_device_step,
-)
+from dpsim.runtime.dp_reenact import reenact_step, replicate_module, single_device_step
 from dpsim.runtime.models import mlp
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.strategies.dp import DPConfig, bytes_at_loss, scatter_sizes
 from dpsim.viz.memory_per_device import bytes_at
 from dpsim.viz.scatter_gather import phase_steps
-
-GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.fixture(scope="module")
@@ -155,51 +146,3 @@ def test_bad_input(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         reenact_step(mlp(32, 8, 1, 10), x, y, 0)
     with pytest.raises(ValueError, match="batch_size"):
         reenact_step(mlp(32, 8, 1, 10), x[:0], y[:0], 2)
-    with pytest.raises(ValueError, match="mode"):
-        run_step(mlp(32, 8, 1, 10), x, y, 2, mode="tpu")
-
-
-def test_run_step_on_cpu_reenacts(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
-    if torch.cuda.device_count() >= 2:
-        pytest.skip("with two GPUs run_step uses the real nn.DataParallel")
-    x, y = batch
-    result = run_step(mlp(32, 8, 1, 10), x, y, 2, warmup=1)
-    assert "re-enacted" in result.how and result.chunk_sizes == [5, 5]
-
-
-def test_dp_batch_is_global_ddp_batch_is_per_process() -> None:
-    rows = compare_batch_semantics(batch_size=8, n_devices=2, n_samples=32)
-    dp, ddp = rows
-    assert dp["samples per device"] == [4, 4] and dp["samples per step"] == 8
-    assert ddp["samples per device"] == [8, 8] and ddp["samples per step"] == 16
-    assert dp["first indices per device"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert ddp["first indices per device"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
-
-
-# --- the real nn.DataParallel (needs CUDA) ----------------------------------------------------
-
-
-@pytest.mark.gpu
-@GPU
-def test_real_scatter_matches_chunk_semantics() -> None:
-    from torch.nn.parallel.scatter_gather import scatter
-
-    for batch_size, n in [(10, 4), (2, 4), (5, 4)]:
-        x = torch.arange(float(batch_size)).cuda()
-        chunks = scatter(x, [0] * n)  # n copies onto GPU 0: the sizes are what matter
-        assert [c.shape[0] for c in chunks] == scatter_sizes(batch_size, n)
-
-
-@pytest.mark.gpu
-@GPU
-def test_real_dataparallel_equals_one_device(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
-    x, y = batch
-    n = min(torch.cuda.device_count(), 4)
-    model = mlp(32, 48, 2, 10, seed=1).cuda()
-    ref = copy.deepcopy(model)
-    result = cuda_step(model, x.cuda(), y.cuda(), list(range(n)))
-    grads = single_device_step(ref, x.cuda(), y.cuda())
-    for name, g in grads.items():
-        torch.testing.assert_close(result.gradients[name].cuda(), g, rtol=1e-5, atol=1e-5)
-    assert result.trace.source == "measured" and "nn.DataParallel" in result.how
-    assert len(result.trace.meta["peak_allocated"]) == n
