@@ -46,7 +46,7 @@ def _no_processes(item: pytest.Item) -> Iterator[None]:
     import multiprocessing.process
     import subprocess
 
-    import multiprocess.process  # type: ignore[import-untyped]
+    import multiprocess.process
 
     refused: list[str] = []
     message = f"{item.nodeid} starts a process: mark it @pytest.mark.slow (tests/conftest.py)"

@@ -31,7 +31,7 @@ def _everything(rank: int, world_size: int) -> dict[str, Any]:
         for segment in (None, 4096, "batched"):  # one segment per chunk; several; NCCL's way
             errors[(n, segment)] = check_ring_all_reduce(
                 rank, world_size, n, seed=n,
-                ring=lambda t, s=segment: ring_all_reduce_(
+                ring=lambda t, s=segment: ring_all_reduce_(  # type: ignore[misc]
                     t, segment_nbytes=None if s == "batched" else s, batched=s == "batched"))
     # float64 and a 2-D tensor go through the same code path
     x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (rank + 1)

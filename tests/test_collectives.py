@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -244,7 +245,8 @@ def test_chunk_bounds_match_array_split() -> None:
     ({"nbytes": 1.5}, "nbytes"),
 ])
 def test_bad_input_names_the_field_and_what_is_allowed(kwargs: dict, field: str) -> None:
-    args = {"collective": "all_reduce", "nbytes": 1024, "world_size": 4, "algorithm": "ring"}
+    args: dict[str, Any] = {"collective": "all_reduce", "nbytes": 1024, "world_size": 4,
+                            "algorithm": "ring"}
     args.update(kwargs)
     with pytest.raises(ValueError, match=field) as info:
         collective_time_s(args["collective"], args["nbytes"], args["world_size"], LINK,

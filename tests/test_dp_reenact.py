@@ -57,6 +57,7 @@ def test_gradients_accumulate_like_dataparallel(batch: tuple[torch.Tensor, torch
     reenact_step(model, x, y, 3)  # no zero_grad: .grad doubles
     single_device_step(ref, x, y)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
         torch.testing.assert_close(p.grad, 2 * q.grad, rtol=0, atol=1e-6)
 
 

@@ -48,10 +48,12 @@ def training_state_bytes_measured(module: torch.nn.Module, optimizer: str) -> in
     opt = (torch.optim.Adam(model.parameters()) if optimizer == "adam" else
            torch.optim.SGD(model.parameters(), lr=0.1,
                            momentum=0.9 if optimizer == "sgd_momentum" else 0.0))
-    x = torch.randn(2, model[0].in_features)
+    first = model[0]  # type: ignore[index]
+    x = torch.randn(2, first.in_features)
     F.cross_entropy(model(x), torch.zeros(2, dtype=torch.long)).backward()
     opt.step()
-    tensors = list(model.parameters()) + [p.grad for p in model.parameters()]
+    tensors: list[torch.Tensor] = list(model.parameters())
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
     tensors += [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
     return sum(t.numel() * t.element_size() for t in tensors)
 

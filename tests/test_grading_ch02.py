@@ -133,6 +133,7 @@ def no_all_gather(tensor: torch.Tensor) -> None:
         buf = torch.empty_like(chunks[recv])
         reqs = [dist.isend(chunks[send], (rank + 1) % n), dist.irecv(buf, (rank - 1) % n)]
         for req in reqs:
+            assert req is not None
             req.wait()
         chunks[recv] += buf
 

@@ -50,7 +50,7 @@ def answer_hidden(result: CheckResult) -> bool:
 
 
 def test_pass_prints_exactly_one_line(toy: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert check(toy, lambda a, b: a + b) is None
+    check(toy, lambda a, b: a + b)
     assert capsys.readouterr().out == "PASS 99.1 (3/3)\n"
 
 
@@ -114,7 +114,8 @@ def test_partial_pass_is_counted_but_fails(toy: str) -> None:
 
     result = run_check(toy, add)
     assert (result.passed, result.total, result.ok) == (2, 3, False)
-    assert "case 2 of 3" in (result.message or "") and "(2 of 3 cases passed)" in result.message
+    assert "case 2 of 3" in (result.message or "")
+    assert "(2 of 3 cases passed)" in (result.message or "")
 
 
 def test_not_callable_and_unknown_id(toy: str) -> None:

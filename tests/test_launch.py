@@ -178,7 +178,8 @@ def test_closure_on_one_rank_prints_and_uses_dataloader_workers(capfd: pytest.Ca
 
         print(f"hello from rank {rank} of {world_size}")
         # Ranks are not daemonic, so they may start DataLoader workers.
-        batches = [int(b.sum()) for b in DataLoader(list(range(4)), batch_size=2, num_workers=2)]
+        batches = [int(b.sum()) for b in DataLoader(list(range(4)), batch_size=2,  # type: ignore[arg-type]
+                                                        num_workers=2)]
         return torch.arange(3) + offset, batches
 
     ((tensor, batches),) = launch(fn, 1)

@@ -54,7 +54,7 @@ def module_name(path: Path) -> str:
 
 def imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(module, names imported from it, line) for every import statement in the file."""
-    out = []
+    out: list[tuple[str, list[str], int]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out += [(a.name, [], node.lineno) for a in node.names]
