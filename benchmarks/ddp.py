@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dpsim.runtime.ddp_recorder import DDPRecording
     from dpsim.runtime.launch import launch
+    from dpsim.strategies.ddp import buckets_of, step_result
 
     cfgs = _configs()
     pairs = 20 if args.quick else 100
@@ -123,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             recording = DDPRecording(cfg, [m["runs"][i] for m in measured])
             trace = recording.predict(device, link)
             runs.append({"measured_step_s": recording.step_time_s,
-                         "predicted_step_s": trace.meta["step_time_s"],
-                         "n_buckets": len(trace.meta["buckets"])})
+                         "predicted_step_s": step_result(trace).step_s,
+                         "n_buckets": len(buckets_of(trace))})
         errors = [abs(r["predicted_step_s"] - r["measured_step_s"]) / r["measured_step_s"]
                   for r in runs]
         rows.append({

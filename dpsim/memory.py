@@ -164,6 +164,11 @@ def zero_bytes_per_device(
 PRECISIONS = ("fp32", "mixed", "bf16")  # fp32; bf16 working copy + fp32 master; pure bf16
 
 
+def precision_dtype(precision: str) -> str:
+    """Dtype of compute, working parameters and gradients: "fp32", else "bf16"."""
+    return "fp32" if precision == "fp32" else "bf16"
+
+
 def precision_bytes_per_param(precision: str = "mixed", optimizer: str = "adam"
                               ) -> tuple[int, int, int]:
     """(parameter, gradient, optimizer) bytes per parameter for a precision and optimizer.
@@ -173,8 +178,7 @@ def precision_bytes_per_param(precision: str = "mixed", optimizer: str = "adam"
     """
     require_choice("precision", precision, PRECISIONS)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    dtype = "fp32" if precision == "fp32" else "bf16"
-    b = model_state_bytes(1, 0, dtype=dtype, optimizer=optimizer,
+    b = model_state_bytes(1, 0, dtype=precision_dtype(precision), optimizer=optimizer,
                           mixed_precision=precision == "mixed")
     return b.parameters, b.gradients, b.optimizer
 

@@ -1,7 +1,7 @@
 """Choosing a strategy: one training step of any strategy on any cluster, in one result.
 
-`plan` wraps the chapter simulators (strategies.single, dp, ddp, fsdp) and reports the
-step split into compute, communication hidden behind it and communication exposed,
+`plan` runs any registered strategy (strategies.registry: single, dp, ddp, zero1/2, fsdp)
+and reports its step split into compute, communication hidden behind it and exposed,
 memory per device with the devices that run out, throughput and scaling efficiency.
 `scaling_curve` repeats it from 1 to 1024 devices (strong: fixed global batch; weak:
 fixed batch per device), and `crossover` gives the closed form for the number of devices
@@ -14,18 +14,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.collectives.cost import ring_bytes_per_rank_formula
 from dpsim.compute import backward_time_s, forward_time_s, step_compute_s
 from dpsim.hardware import Cluster, Link
-from dpsim.memory import model_state_bytes
-from dpsim.strategies import ddp, dp, fsdp, single
+from dpsim.memory import PRECISIONS, precision_dtype
+from dpsim.strategies.registry import get_strategy, names
 from dpsim.validation import require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
 
-STRATEGIES = ("single", "dp", "ddp", "zero1", "zero2", "fsdp")
-LABELS = {"single": "single device", "dp": "DataParallel", "ddp": "DDP",
-          "zero1": "FSDP / ZeRO-1", "zero2": "FSDP / ZeRO-2", "fsdp": "FSDP / ZeRO-3"}
-PRECISIONS = ("fp32", "mixed")  # fp32 everywhere; bf16 compute with fp32 master and moments
+# the precisions every strategy's planner config takes: fp32 everywhere, or bf16 compute
+# with fp32 master and moments ("mixed"); pure "bf16" only FSDPConfig takes
+PLAN_PRECISIONS = tuple(p for p in PRECISIONS if p != "bf16")
 POWERS_OF_TWO = tuple(2**k for k in range(11))  # 1 .. 1024 devices
 MODES = ("strong", "weak")
 
@@ -35,6 +33,7 @@ class PlanResult:
     """One simulated training step of `strategy` on `n_devices` devices (seconds, bytes)."""
 
     strategy: str
+    label: str  # the strategy's name for people, e.g. "FSDP / ZeRO-3"
     n_devices: int
     global_batch: int
     batch_per_device: int  # largest local batch (DP's chunks may differ)
@@ -69,26 +68,12 @@ class PlanResult:
         return min(1.0, self.single_device_s / self.step_s) if self.step_s > 0 else 1.0
 
 
-def _dtype(precision: str) -> str:
-    return "fp32" if precision == "fp32" else "bf16"
-
-
 def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
-    """Samples per device; ValueError when the global batch does not split evenly."""
-    require_choice("strategy", strategy, STRATEGIES)
+    """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
+    s = get_strategy(strategy)
     require_int("n_devices", n_devices, 1, 1024)
     require_int("global_batch", global_batch, 1, 1 << 24)
-    if strategy == "single" and n_devices != 1:
-        raise ValueError(f"n_devices={n_devices} with strategy='single'; allowed: 1")
-    if strategy == "dp":  # torch.chunk: any batch, but each used device needs a sample
-        if global_batch < n_devices:
-            raise ValueError(f"global_batch={global_batch} is out of range for DP on "
-                             f"{n_devices} devices; allowed >= {n_devices}")
-        return math.ceil(global_batch / n_devices)
-    if global_batch % n_devices:
-        raise ValueError(f"global_batch={global_batch} does not split over n_devices="
-                         f"{n_devices}; allowed: a multiple of {n_devices}")
-    return global_batch // n_devices
+    return s.split_batch(n_devices, global_batch)
 
 
 def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
@@ -96,56 +81,20 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
     """Simulate one step of `strategy` on `cluster` resized to `n_devices` devices.
 
     The cluster preset gives the device and the links (nodes fill first; beyond one node
-    the inter-node link is used). DP runs one process, so it is limited to one node.
+    the inter-node link is used). A strategy run by one process (DP) is limited to one node.
     """
     b = check_batch(strategy, n_devices, global_batch)
-    require_choice("precision", precision, PRECISIONS)
-    if strategy == "dp":
+    require_choice("precision", precision, PLAN_PRECISIONS)
+    s = get_strategy(strategy)
+    if s.single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
     sized = cluster.with_devices(n_devices)
-    dt = _dtype(precision)
-    mixed = precision == "mixed"
-    one = step_compute_s(workload, b, sized.device, dt, optimizer)
-    mem = sized.device.memory_bytes
-    n = n_devices
-    if strategy == "single":
-        tr = single.simulate(workload, sized.device,
-                             single.SingleConfig(b, optimizer, dt, mixed))
-        s = tr.meta["step_time_s"]
-        return PlanResult(strategy, 1, global_batch, b, s, s, 0.0, 0.0, 0.0,
-                          (tr.meta["peak_bytes"],), mem, 0, one)
-    if strategy == "ddp":
-        tr = ddp.simulate(workload, sized, ddp.DDPConfig(batch_size=b, optimizer=optimizer,
-                                                         dtype=dt))
-        br = ddp.breakdown(tr)
-        grad_bytes = workload.n_params * DTYPE_BYTES[dt]
-        states = model_state_bytes(workload.n_params, workload.n_param_tensors, dtype=dt,
-                                   optimizer=optimizer, mixed_precision=mixed)
-        peak = states.model_states + grad_bytes + workload.activation_bytes(b, dt)  # + buckets
-        sent = int(ring_bytes_per_rank_formula(grad_bytes, n))
-        return PlanResult(strategy, n, global_batch, b, br.step_s, br.compute_s,
-                          br.hidden_comm_s, br.exposed_comm_s, 0.0, (peak,) * n, mem, sent,
-                          one)
-    if strategy == "dp":
-        tr = dp.simulate(workload, sized, dp.DPConfig(n_devices=n, batch_size=global_batch,
-                                                      optimizer=optimizer, dtype=dt))
-        step = tr.meta["step_time_s"]
-        compute = max(tr.busy_s(d, "compute") for d in range(n))
-        comm = tr.busy_s(0, "comm")
-        exposed = min(comm, max(0.0, step - compute))
-        sent = sum(e.nbytes for e in tr.events if e.stream == "comm") // max(n, 1)
-        return PlanResult(strategy, n, global_batch, b, step, compute, comm - exposed,
-                          exposed, max(0.0, step - compute - exposed),
-                          tuple(int(p) for p in tr.meta["peak_bytes"]), mem, int(sent), one)
-    stage = {"zero1": 1, "zero2": 2, "fsdp": 3}[strategy]
-    tr = fsdp.simulate(workload, sized, fsdp.FSDPConfig(batch_size=b, stage=stage,
-                                                        precision=precision,
-                                                        optimizer=optimizer))
-    t = fsdp.timing_summary(tr)
-    return PlanResult(strategy, n, global_batch, b, t["step_s"], t["compute_s"],
-                      t["hidden_comm_s"], t["exposed_comm_s"], 0.0,
-                      (int(tr.meta["peak_bytes"]),) * n, mem,
-                      int(tr.meta["sent_bytes_per_device"]), one)
+    one = step_compute_s(workload, b, sized.device, precision_dtype(precision), optimizer)
+    config = s.make_config(b, global_batch, n_devices, optimizer, precision)
+    r = s.step_result(s.simulate(workload, sized, config))
+    return PlanResult(strategy, s.label, r.n_devices, global_batch, r.batch_per_device,
+                      r.step_s, r.compute_s, r.hidden_comm_s, r.exposed_comm_s, r.other_s,
+                      r.peak_bytes, sized.device.memory_bytes, r.sent_bytes_per_device, one)
 
 
 def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: int, *,
@@ -154,11 +103,11 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
     """`plan` at each device count: strong keeps the global batch `batch`, weak keeps
     `batch` per device. Counts that do not split the global batch are skipped."""
     require_choice("mode", mode, MODES)
-    require_choice("strategy", strategy, STRATEGIES)
+    s = get_strategy(strategy)
     out = []
     for n in n_devices:
         require_int("n_devices", n, 1, 1024)
-        if strategy == "dp" and n > cluster.devices_per_node:
+        if s.single_node and n > cluster.devices_per_node:
             continue
         global_batch = batch if mode == "strong" else batch * n
         if mode == "strong" and (global_batch % n or global_batch < n):
@@ -190,6 +139,7 @@ class Crossover:
     """Closed-form and simulated device counts where communication outgrows its cover."""
 
     strategy: str
+    label: str  # the strategy's name for people
     global_batch: int
     hide_s_per_sample: float  # c: compute seconds per sample the communication hides behind
     hide_fixed_s: float  # c0: the part of that compute that does not shrink with the batch
@@ -231,14 +181,16 @@ def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
                 precision: str = "mixed") -> tuple[float, float]:
     """(c0, c): the compute that communication overlaps, c0 + c*batch seconds (backward for
     DDP, forward + backward for ZeRO-3), as the line through batches 1024 and 2048."""
-    dev, dt = cluster.device, _dtype(precision)
+    dev, dt = cluster.device, precision_dtype(precision)
+    terms = get_strategy(strategy).crossover_terms(workload, dt)
+    forward = terms is not None and terms.forward_covered
 
     def cover(batch: int) -> float:
         bwd = sum(backward_time_s(layer, batch, dev, dt, workload.dtype)
                   for layer in workload.layers)
         fwd = sum(forward_time_s(layer, batch, dev, dt, workload.dtype)
                   for layer in workload.layers)
-        return bwd + (fwd if strategy == "fsdp" else 0.0)
+        return bwd + (fwd if forward else 0.0)
 
     c = (cover(2048) - cover(1024)) / 1024
     return max(0.0, cover(1024) - 1024 * c), c
@@ -250,14 +202,14 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     """Strong scaling of a fixed global batch: the compute per device c*G/N shrinks while
     each step still moves k model-sized tensors (k*S/B) and pays A*(N-1) latencies. The
     formula's N* sits next to the first simulated count whose comm time >= its cover."""
-    require_choice("strategy", strategy, ("ddp", "fsdp"))
+    dt = precision_dtype(precision)
+    terms = {n: get_strategy(n).crossover_terms(workload, dt) for n in names()}
+    require_choice("strategy", strategy, [n for n, t in terms.items() if t is not None])
     require_int("global_batch", global_batch, 1, 1 << 24)
     c0, c = hide_cost_s(workload, cluster, strategy, precision)
-    dt = _dtype(precision)
-    if strategy == "ddp":
-        k, a = 2.0, 2 * len(ddp.build_buckets(ddp.grad_tensors(workload, dt)))
-    else:
-        k, a = 3.0, 3 * len(workload.layers)  # one FSDP unit per layer
+    term = terms[strategy]
+    assert term is not None  # checked above
+    k, a = term.model_transfers, term.alpha_terms
     model = workload.n_params * DTYPE_BYTES[dt]
     link = cluster.intra_node
     n_star = crossover_formula(c, global_batch, k, model, a, link, c0)
@@ -269,61 +221,51 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     simulated = None
     for p in scaling_curve(workload, cluster, strategy, global_batch, mode="strong",
                            n_devices=n_devices, precision=precision):
-        cover_s = p.compute_s - _uncovered_s(workload, cluster, strategy, p, precision)
+        cover_s = p.compute_s - _uncovered_s(workload, cluster, term.forward_covered, p,
+                                             precision)
         if p.n_devices > 1 and p.hidden_comm_s + p.exposed_comm_s >= cover_s:
             simulated = p.n_devices
             break
-    return Crossover(strategy, global_batch, c, c0, k, model, a, link, n_star, simulated)
+    return Crossover(strategy, get_strategy(strategy).label, global_batch, c, c0, k, model, a,
+                     link, n_star, simulated)
 
 
-def _uncovered_s(workload: Workload, cluster: Cluster, strategy: str, p: PlanResult,
+def _uncovered_s(workload: Workload, cluster: Cluster, forward_covered: bool, p: PlanResult,
                  precision: str) -> float:
-    """Compute that communication cannot overlap: optimizer, and forward for DDP."""
-    dev, dt = cluster.device, _dtype(precision)
+    """Compute that communication cannot overlap: optimizer, and forward unless covered."""
+    dev, dt = cluster.device, precision_dtype(precision)
     fwd = sum(forward_time_s(layer, p.batch_per_device, dev, dt, workload.dtype)
               for layer in workload.layers)
     bwd = sum(backward_time_s(layer, p.batch_per_device, dev, dt, workload.dtype)
               for layer in workload.layers)
     opt = max(0.0, p.compute_s - fwd - bwd)
-    return opt + (fwd if strategy == "ddp" else 0.0)
+    return opt + (0.0 if forward_covered else fwd)
 
 
-# --- the four strategies side by side -------------------------------------------------------
-
-WHAT = {  # (replicated on every device, sharded across devices, when to use it)
-    "single": ("everything", "nothing", "the model and a useful batch fit one device"),
-    "dp": ("parameters, gradients, optimizer (re-copied every step)", "the batch",
-           "a quick try on 2-4 GPUs of one node; prefer DDP"),
-    "ddp": ("parameters, gradients, optimizer", "the batch",
-            "the model's states fit one device: the default"),
-    "zero1": ("parameters, gradients", "optimizer state, the batch",
-              "optimizer state is what does not fit"),
-    "zero2": ("parameters", "gradients, optimizer state, the batch",
-              "gradients + optimizer state do not fit"),
-    "fsdp": ("nothing", "parameters, gradients, optimizer state, the batch",
-             "the model's states do not fit one device"),
-}
-
+# --- the strategies side by side -----------------------------------------------------------
 
 def summary_table(workload: Workload, cluster: Cluster, n_devices: int | None = None,
                   global_batch: int | None = None, *, precision: str = "mixed",
-                  strategies: Sequence[str] = STRATEGIES) -> list[dict[str, object]]:
-    """One row per strategy with every number simulated for `workload` on `cluster`:
-    traffic and memory per device, step time, throughput (defaults: one node, 8 per device)."""
+                  strategies: Sequence[str] | None = None) -> list[dict[str, object]]:
+    """One row per strategy (default: every registered one) with every number simulated for
+    `workload` on `cluster`: traffic and memory per device, step time, throughput (defaults:
+    one node, 8 per device; a strategy limited to fewer devices gets their share of it)."""
     n = n_devices or cluster.devices_per_node
     g = global_batch or 8 * n
     rows: list[dict[str, object]] = []
-    for s in strategies:
-        ns = 1 if s == "single" else n
-        gs = g // n if s == "single" else g
-        r = plan(workload, cluster, s, ns, max(gs, 1), precision=precision)
+    for name in names() if strategies is None else strategies:
+        s = get_strategy(name)
+        ns = n if s.max_devices is None else min(n, s.max_devices)
+        gs = g if ns == n else g // n * ns
+        r = plan(workload, cluster, name, ns, max(gs, 1), precision=precision)
+        where = s.placement
         rows.append({
-            "strategy": LABELS[s], "devices": ns, "replicated": WHAT[s][0],
-            "sharded": WHAT[s][1],
+            "strategy": s.label, "devices": ns, "replicated": where.replicated,
+            "sharded": where.sharded,
             "traffic_GB_per_device": round(r.traffic_bytes_per_device / 1e9, 3),
             "memory_GiB_per_device": round(max(r.peak_bytes) / 1024**3, 2),
             "fits": r.fits, "step_ms": round(r.step_s * 1e3, 2),
             "samples_per_s": round(r.samples_per_s, 1),
-            "exposed_comm_ms": round(r.exposed_comm_s * 1e3, 2), "use_when": WHAT[s][2],
+            "exposed_comm_ms": round(r.exposed_comm_s * 1e3, 2), "use_when": where.use_when,
         })
     return rows

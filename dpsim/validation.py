@@ -56,6 +56,13 @@ def require_choice(field: str, value: T, allowed: Iterable[T]) -> T:
     return value
 
 
+def require_bool(field: str, value: object) -> bool:
+    """Return `value` if it is True or False (not 0, 1 or "yes"), else raise ValueError."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} is not allowed; allowed: True, False")
+    return value
+
+
 def _bounds(low: float | None, high: float | None, low_inclusive: bool) -> str:
     lo_op = ">=" if low_inclusive else ">"
     if low is not None and high is not None:

@@ -31,7 +31,7 @@ from dpsim.runtime.ddp_train import (
     train_rank,
 )
 from dpsim.runtime.launch import launch
-from dpsim.strategies.ddp import breakdown, build_buckets, grad_tensors
+from dpsim.strategies.ddp import build_buckets, grad_tensors, step_result
 from dpsim.trace import Trace
 from dpsim.workload import Workload
 
@@ -129,7 +129,7 @@ def test_the_recorded_step_is_a_consistent_trace(runs: list[dict[str, Any]]) -> 
     optimizer = trace.filter(kind="optimizer")[0]
     assert all(e.start_s >= backward[0].start_s for e in comm)  # after backward began
     assert all(e.end_s <= optimizer.start_s for e in comm)  # DDP waits for every bucket
-    b = breakdown(trace)
+    b = step_result(trace)
     assert b.step_s > 0 and b.comm_s > 0
 
 

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
 from dpsim.hardware import CLUSTERS
-from dpsim.planner import (
-    STRATEGIES,
-    crossover,
-    efficiencies,
-    plan,
-    scaling_curve,
-    summary_table,
-)
+from dpsim.planner import crossover, efficiencies, plan, scaling_curve, summary_table
+from dpsim.strategies.registry import names
 from dpsim.workload import get_workload
 
 CLUSTER = CLUSTERS["h100-ib-128"]
@@ -25,7 +20,7 @@ def gpt2():  # type: ignore[no-untyped-def]
     return get_workload("gpt2-124m")
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", names())
 def test_step_splits_into_its_parts(gpt2, strategy: str) -> None:  # type: ignore[no-untyped-def]
     n = 1 if strategy == "single" else 4
     p = plan(gpt2, CLUSTER, strategy, n, 32)
@@ -94,7 +89,7 @@ def test_crossover_formula_matches_simulation(model: str, strategy: str) -> None
 
 
 def test_summary_table_numbers_are_computed(gpt2) -> None:  # type: ignore[no-untyped-def]
-    rows = {r["strategy"]: r for r in summary_table(gpt2, CLUSTER)}
+    rows: dict[object, dict[str, Any]] = {r["strategy"]: r for r in summary_table(gpt2, CLUSTER)}
     assert rows["FSDP / ZeRO-3"]["traffic_GB_per_device"] == pytest.approx(
         1.5 * rows["DDP"]["traffic_GB_per_device"], rel=0.01)
     assert rows["single device"]["traffic_GB_per_device"] == 0
@@ -109,6 +104,7 @@ def test_summary_table_numbers_are_computed(gpt2) -> None:  # type: ignore[no-un
     ({"strategy": "single"}, "n_devices"),
     ({"strategy": "dp", "n_devices": 16, "global_batch": 64}, "n_devices"),
     ({"precision": "int8"}, "precision"),
+    ({"precision": "bf16"}, "precision"),
 ])
 def test_bad_input_names_the_field(gpt2, kwargs: dict, field: str) -> None:  # type: ignore[no-untyped-def]
     args = {"strategy": "ddp", "n_devices": 8, "global_batch": 64, **kwargs}
@@ -121,8 +117,9 @@ def test_bad_input_names_the_field(gpt2, kwargs: dict, field: str) -> None:  # t
 def test_bad_scaling_input(gpt2) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="mode"):
         scaling_curve(gpt2, CLUSTER, "ddp", 64, mode="sideways")
-    with pytest.raises(ValueError, match="strategy"):
-        crossover(gpt2, CLUSTER, "dp", 64)
+    for strategy in ("dp", "zero1", "single", "tp"):
+        with pytest.raises(ValueError, match="strategy=.*allowed: 'ddp', 'fsdp'$"):
+            crossover(gpt2, CLUSTER, strategy, 64)
 
 
 def test_dashboard_renders_and_reports_bad_settings() -> None:

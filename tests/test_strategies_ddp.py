@@ -13,20 +13,22 @@ from hypothesis import strategies as st
 
 from dpsim.collectives.cost import collective_time_s
 from dpsim.hardware import A100_80GB, Cluster, Link, get_cluster
+from dpsim.memory import model_state_bytes
 from dpsim.strategies import single
 from dpsim.strategies.ddp import (
     DDPConfig,
     GradTensor,
     MiB,
-    breakdown,
+    buckets_of,
     build_buckets,
     copy_time_s,
     grad_tensors,
     scaling,
     simulate,
+    step_result,
 )
 from dpsim.trace import Event, Trace
-from dpsim.workload import Layer, Workload, get_workload
+from dpsim.workload import DTYPE_BYTES, Layer, Workload, get_workload
 
 SLOW = Link("slow test link", bandwidth_GBps=1.0, latency_us=50.0)
 
@@ -97,15 +99,15 @@ def test_grad_tensors_map_parameter_names_to_layers() -> None:
 def test_one_rank_is_a_single_device_plus_ddp_bookkeeping_and_free_communication() -> None:
     w = get_workload("gpt2-124m")
     device = get_cluster("h100-node").device
-    one = single.simulate(w, device, single.SingleConfig(batch_size=4)).meta["step_time_s"]
+    one = single.step_result(single.simulate(w, device, single.SingleConfig(batch_size=4))).step_s
     hooks = w.n_param_tensors * device.op_overhead_us * 1e-6
     view = simulate(w, get_cluster("h100-node").with_devices(1),
                     DDPConfig(batch_size=4, gradient_as_bucket_view=True))
-    assert view.meta["step_time_s"] == pytest.approx(one + hooks, rel=1e-12)
+    assert step_result(view).step_s == pytest.approx(one + hooks, rel=1e-12)
     assert all(e.duration_s == 0 for e in view.filter(stream="comm"))
     copy = simulate(w, get_cluster("h100-node").with_devices(1), DDPConfig(batch_size=4))
     grad_bytes = 4 * w.n_params  # fp32 gradients, copied into the buckets and back
-    assert copy.meta["step_time_s"] == pytest.approx(
+    assert step_result(copy).step_s == pytest.approx(
         one + hooks + 2 * copy_time_s(grad_bytes, device), rel=1e-12)
     assert copy_time_s(grad_bytes, device) == 2 * grad_bytes / (device.mem_bw_GBps * 1e9)
 
@@ -114,15 +116,16 @@ def test_each_bucket_costs_a_ring_all_reduce_and_starts_when_it_is_ready() -> No
     w, n = _workload(), 4
     trace = simulate(w, _cluster(n), DDPConfig(batch_size=8, bucket_cap_mb=3.0))
     comm = trace.filter(stream="comm")
-    buckets = trace.meta["buckets"]
+    buckets = buckets_of(trace)
     assert len(comm) == len(buckets) > 2
     ready = {e.label: e.end_s for e in trace.filter(kind="backward")}
     free = 0.0
     for event, bucket in zip(comm, buckets, strict=True):
-        assert event.nbytes == bucket["nbytes"]
+        assert event.nbytes == bucket.nbytes
         assert event.duration_s == pytest.approx(
-            collective_time_s("all_reduce", bucket["nbytes"], n, SLOW), rel=1e-12)
-        last_layer = min(int(p[1:]) for p in bucket["params"])
+            collective_time_s("all_reduce", bucket.nbytes, n, SLOW), rel=1e-12)
+        last_layer = min(int(p[1:]) for p in bucket.params)
+        assert bucket.ready_layer == last_layer
         assert event.start_s == pytest.approx(max(ready[f"l{last_layer}"], free))
         free = event.end_s
     copy = trace.filter(kind="copy")[0]  # buckets back into p.grad, then the optimizer
@@ -136,29 +139,31 @@ def test_without_overlap_every_all_reduce_waits_for_backward() -> None:
     off = simulate(w, _cluster(4), DDPConfig(batch_size=8, bucket_cap_mb=3.0, overlap=False))
     backward_end = max(e.end_s for e in off.filter(kind="backward"))
     assert min(e.start_s for e in off.filter(stream="comm")) == pytest.approx(backward_end)
-    b_on, b_off = breakdown(on), breakdown(off)
+    b_on, b_off = step_result(on), step_result(off)
     assert b_off.hidden_comm_s == pytest.approx(0.0, abs=1e-15)
     assert b_off.step_s == pytest.approx(b_off.compute_s + b_off.comm_s)
     assert b_on.hidden_comm_s > 0 and b_on.step_s < b_off.step_s
 
 
-def test_breakdown_adds_up() -> None:
-    b = breakdown(simulate(_workload(), _cluster(8), DDPConfig(batch_size=8, bucket_cap_mb=2.0)))
+def test_step_result_adds_up() -> None:
+    trace = simulate(_workload(), _cluster(8), DDPConfig(batch_size=8, bucket_cap_mb=2.0))
+    b = step_result(trace)
     assert b.step_s == pytest.approx(b.compute_s + b.exposed_comm_s)
-    assert b.comm_s == pytest.approx(b.hidden_comm_s + b.exposed_comm_s)
+    assert b.comm_s == pytest.approx(trace.busy_s(0, "comm"))
+    assert b.n_devices == 8 and b.batch_per_device == 8 and b.other_s == 0.0
     assert 0 < b.overlap_fraction < 1
     assert b.scaling_efficiency == pytest.approx(b.compute_s / b.step_s)
 
 
-def test_breakdown_of_a_hand_made_trace() -> None:
+def test_step_result_of_a_hand_made_trace() -> None:
     trace = Trace("measured", events=[
         Event(0, "compute", "backward", 0.0, 4.0), Event(0, "comm", "all_reduce", 3.0, 6.0),
         Event(0, "compute", "optimizer", 6.0, 7.0)])
-    b = breakdown(trace)
+    b = step_result(trace)
     assert (b.step_s, b.compute_s, b.comm_s, b.hidden_comm_s, b.exposed_comm_s) == (
         7.0, 5.0, 3.0, 1.0, 2.0)
     with pytest.raises(ValueError, match="device=3"):
-        breakdown(trace, device=3)
+        step_result(trace, device=3)
 
 
 def test_scaling_efficiency_falls_with_world_size_over_a_slow_link() -> None:
@@ -171,8 +176,8 @@ def test_scaling_efficiency_falls_with_world_size_over_a_slow_link() -> None:
 
 def test_bigger_buckets_mean_fewer_all_reduces() -> None:
     w = get_workload("gpt2-124m")
-    counts = [len(simulate(w, get_cluster("h100-node"), DDPConfig(bucket_cap_mb=cap))
-                  .meta["buckets"]) for cap in (10.0, 60.0, 200.0)]
+    counts = [len(buckets_of(simulate(w, get_cluster("h100-node"), DDPConfig(bucket_cap_mb=cap))))
+              for cap in (10.0, 60.0, 200.0)]
     assert counts[0] > counts[1] > counts[2] >= 1
 
 
@@ -180,6 +185,19 @@ def test_simulation_is_deterministic() -> None:
     a = simulate(_workload(), _cluster(4), DDPConfig(bucket_cap_mb=2.0))
     b = simulate(_workload(), _cluster(4), DDPConfig(bucket_cap_mb=2.0))
     assert a.to_dict() == b.to_dict()
+
+
+@pytest.mark.parametrize("dtype, mixed", [("fp32", False), ("bf16", True), ("bf16", False)])
+def test_peak_is_model_states_plus_the_bucket_copy_plus_activations(dtype: str,
+                                                                     mixed: bool) -> None:
+    w, n = get_workload("gpt2-124m"), 4
+    r = step_result(simulate(w, get_cluster("h100-node").with_devices(n),
+                             DDPConfig(batch_size=2, dtype=dtype, mixed_precision=mixed)))
+    states = model_state_bytes(w.n_params, w.n_param_tensors, dtype=dtype,
+                               mixed_precision=mixed)
+    grads = w.n_params * DTYPE_BYTES[dtype]
+    assert r.peak_bytes == (states.model_states + grads + w.activation_bytes(2, dtype),) * n
+    assert r.sent_bytes_per_device == int(2 * (n - 1) / n * grads)
 
 
 def test_bucket_view_removes_the_bucket_copy_from_memory() -> None:
@@ -192,7 +210,7 @@ def test_bucket_view_removes_the_bucket_copy_from_memory() -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("batch_size", 0), ("bucket_cap_mb", 0.0), ("first_bucket_cap_mb", -1.0),
     ("optimizer", "lion"), ("dtype", "fp8"), ("algorithm", "butterfly"), ("overlap", "yes"),
-    ("gradient_as_bucket_view", 1),
+    ("gradient_as_bucket_view", 1), ("mixed_precision", "yes"), ("mixed_precision", True),
 ])
 def test_config_rejects_bad_values_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
@@ -211,7 +229,7 @@ def test_figures_are_built_from_results() -> None:
     rows = {y for d in fig.data for y in d.y}
     assert rows == {"simulated · compute", "simulated · comm", "measured · compute",
                     "measured · comm"}
-    assert isinstance(breakdown_bars({"a": breakdown(trace)}), go.Figure)
+    assert isinstance(breakdown_bars({"a": step_result(trace)}), go.Figure)
     points = scaling(_workload(), _cluster(1), DDPConfig(), (1, 2))
     assert len(scaling_figure(points).data) == 4
     buckets = build_buckets(grad_tensors(_workload()), 2.0)

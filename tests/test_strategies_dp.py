@@ -23,6 +23,8 @@ from dpsim.strategies.dp import (
     device_batch_sizes,
     scatter_sizes,
     simulate,
+    step_result,
+    summary,
     with_output_features,
 )
 from dpsim.viz.memory_per_device import bytes_at, memory_per_device, peak_per_device
@@ -121,12 +123,12 @@ def test_deterministic(classifier: Workload) -> None:
 
 def test_phases_in_order_and_only_used_devices(classifier: Workload) -> None:
     trace = simulate(classifier, NODE, DPConfig(n_devices=4, batch_size=2))
-    phases = trace.meta["phases"]
+    phases = summary(trace).phases
     assert list(phases) == [p for p in PHASES if p in phases]
     assert set(phases) == set(PHASES)
     starts = [phases[p][0] for p in ("replicate", "forward", "loss", "reduce", "optimizer")]
     assert starts == sorted(starts)
-    assert trace.meta["chunk_sizes"] == [1, 1]
+    assert summary(trace).chunk_sizes == (1, 1)
     assert {e.device for e in trace.events} == {0, 1}  # devices 2 and 3 idle
     assert trace.peak_memory(2) == trace.peak_memory(3) == 0
 
@@ -183,17 +185,17 @@ def test_host_input_crosses_pcie() -> None:
 
 
 def test_python_overhead_grows_with_n_for_a_tiny_model(classifier: Workload) -> None:
-    times = [simulate(classifier, NODE, DPConfig(n_devices=n, batch_size=64)).meta[
-        "step_time_s"] for n in (1, 2, 4, 8)]
+    times = [step_result(simulate(classifier, NODE, DPConfig(n_devices=n, batch_size=64))).step_s
+             for n in (1, 2, 4, 8)]
     assert times == sorted(times)  # more devices, more serial Python: slower
-    python = [simulate(classifier, NODE, DPConfig(n_devices=n, batch_size=64)).meta[
-        "python_s"] for n in (2, 4, 8)]
+    python = [summary(simulate(classifier, NODE, DPConfig(n_devices=n, batch_size=64))).python_s
+              for n in (2, 4, 8)]
     assert python[2] > 1.8 * python[1] > 3.2 * python[0]
 
 
 def test_a_large_model_gets_faster_with_n() -> None:
     big = get_workload("resnet50")
-    times = [simulate(big, NODE, DPConfig(n_devices=n, batch_size=256)).meta["step_time_s"]
+    times = [step_result(simulate(big, NODE, DPConfig(n_devices=n, batch_size=256))).step_s
              for n in (1, 2, 4, 8)]
     assert times == sorted(times, reverse=True)
     assert times[0] / times[3] > 3
@@ -203,7 +205,7 @@ def test_slower_dispatch_serialises_the_threads(classifier: Workload) -> None:
     fast = simulate(classifier, NODE, DPConfig(n_devices=8, batch_size=64, op_gil_share=0.0))
     slow = simulate(classifier, NODE, DPConfig(n_devices=8, batch_size=64, op_gil_share=1.0))
     assert not [e for e in fast.events if e.kind == "gil_wait" and e.stream == "python"]
-    assert slow.meta["phases"]["forward"][1] > fast.meta["phases"]["forward"][1]
+    assert summary(slow).phases["forward"][1] > summary(fast).phases["forward"][1]
 
 
 # --- memory per device -----------------------------------------------------------------------
@@ -219,7 +221,7 @@ def test_memory_at_the_loss_equals_the_closed_form(classifier: Workload, cfg: DP
                                                    model: str) -> None:
     workload = classifier if model == "classifier" else get_workload(model)
     trace = simulate(workload, NODE, cfg)
-    held = bytes_at(trace, trace.meta["loss_time_s"], range(cfg.n_devices))
+    held = bytes_at(trace, summary(trace).loss_time_s, range(cfg.n_devices))
     for d, expected in enumerate(bytes_at_loss(workload, cfg)):
         got = {k: v for k, v in held[d].items() if v}
         assert got == {k: v for k, v in expected.items() if v}, d
@@ -236,8 +238,8 @@ def test_device0_extra_for_a_classifier(classifier: Workload) -> None:
 
 
 def test_imbalance_grows_with_the_output_size(classifier: Workload) -> None:
-    ratios = [simulate(with_output_features(classifier, k), NODE,
-                       DPConfig(n_devices=4, batch_size=64)).meta["imbalance"]
+    ratios = [summary(simulate(with_output_features(classifier, k), NODE,
+                               DPConfig(n_devices=4, batch_size=64))).imbalance
               for k in (10, 1_000, 100_000)]
     assert ratios == sorted(ratios) and ratios[-1] > 3 * ratios[0]
     assert all(r > 1 for r in ratios)
@@ -254,7 +256,7 @@ def test_cpu_devices_run_kernels_inside_the_thread(classifier: Workload) -> None
     cpu_node = Cluster("cpu", get_cluster("h100-node").device.__class__(
         "cpu", "cpu", 8.0, 0.1, 0.1, 20.0), 4, 1, NVLINK4)
     trace = simulate(classifier, cpu_node, DPConfig(n_devices=4, batch_size=64))
-    assert trace.meta["step_time_s"] > 0
+    assert step_result(trace).step_s > 0
     assert dataclasses.asdict(DPConfig()) == dataclasses.asdict(DPConfig())
 
 

@@ -16,7 +16,8 @@ from dpsim.strategies.fsdp import (
     communication_bytes_per_step,
     compare_stages,
     simulate,
-    timing_summary,
+    step_result,
+    summary,
 )
 from dpsim.trace import Trace
 from dpsim.workload import Layer, Workload, get_workload, transformer
@@ -42,9 +43,10 @@ def test_communication_volume_matches_formula(stage: int, reshard: bool, multipl
     w = get_workload("gpt2-124m")
     tr = simulate(w, NODE, FSDPConfig(stage=stage, reshard_after_forward=reshard))
     expected = communication_bytes_per_step(w.n_params, 8, stage, 2, reshard)
-    assert tr.meta["comm_volume_bytes"] == expected == multiple * w.n_params * 2
-    assert tr.meta["comm_to_model"] == pytest.approx(multiple)
-    assert tr.meta["sent_bytes_per_device"] == int(expected * 7 / 8)
+    facts = summary(tr)
+    assert facts.comm_volume_bytes == expected == multiple * w.n_params * 2
+    assert facts.comm_to_model == pytest.approx(multiple)
+    assert step_result(tr).sent_bytes_per_device == int(expected * 7 / 8)
 
 
 def test_every_collective_takes_its_closed_form_time() -> None:
@@ -104,15 +106,16 @@ def test_prefetch_hides_communication() -> None:
     on = simulate(w, SLOW, FSDPConfig(batch_size=2))
     off = simulate(w, SLOW, FSDPConfig(batch_size=2, forward_prefetch=False,
                                        backward_prefetch=False))
-    assert on.meta["step_time_s"] < off.meta["step_time_s"]
-    assert on.meta["exposed_comm_s"] < off.meta["exposed_comm_s"]
-    t = timing_summary(on)
-    assert t["hidden_comm_s"] + t["exposed_comm_s"] == pytest.approx(on.meta["comm_s"])
+    t, t_off = step_result(on), step_result(off)
+    assert t.step_s < t_off.step_s
+    assert t.exposed_comm_s < t_off.exposed_comm_s
+    assert t.hidden_comm_s + t.exposed_comm_s == pytest.approx(on.busy_s(0, "comm"))
+    assert t.step_s == pytest.approx(t.compute_s + t.exposed_comm_s)
 
 
 def test_stages_lower_memory_in_order() -> None:
     traces = compare_stages(get_workload("gpt-1.3b"), NODE, FSDPConfig(batch_size=1))
-    peaks = [t.meta["peak_bytes"] for t in traces.values()]
+    peaks = [step_result(t).peak_bytes[0] for t in traces.values()]
     assert peaks[0] > peaks[1] >= peaks[2] > peaks[3]
     assert list(traces) == ["ZeRO-0 (DDP)", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)"]
 
@@ -121,16 +124,16 @@ def test_checkpointing_trades_memory_for_time() -> None:
     w = get_workload("gpt2-124m")
     plain = simulate(w, NODE, FSDPConfig(batch_size=8))
     ckpt = simulate(w, NODE, FSDPConfig(batch_size=8, activation_checkpointing=True))
-    assert ckpt.meta["peak_bytes"] < plain.meta["peak_bytes"]
-    assert ckpt.meta["compute_s"] > plain.meta["compute_s"]
+    assert step_result(ckpt).peak_bytes[0] < step_result(plain).peak_bytes[0]
+    assert step_result(ckpt).compute_s > step_result(plain).compute_s
 
 
 def test_one_device_has_no_communication() -> None:
     one = Cluster("1 GPU", H100_80GB, 1, 1, NVLINK4)
     tr = simulate(get_workload("gpt2-124m"), one, FSDPConfig())
     assert tr.filter(stream="comm") == []
-    assert tr.meta["comm_volume_bytes"] == 0
-    assert tr.meta["step_time_s"] == pytest.approx(tr.meta["compute_s"])
+    assert summary(tr).comm_volume_bytes == 0
+    assert step_result(tr).step_s == pytest.approx(step_result(tr).compute_s)
 
 
 def test_deterministic_and_one_representative_device() -> None:
@@ -138,7 +141,7 @@ def test_deterministic_and_one_representative_device() -> None:
     a, b = simulate(w, c, FSDPConfig()), simulate(w, c, FSDPConfig())
     assert a.to_dict() == b.to_dict()
     assert a.devices == [0]
-    assert a.meta["devices_identical"] and a.meta["world_size"] == 32
+    assert summary(a).devices_identical and step_result(a).n_devices == 32
 
 
 def test_units_group_layers() -> None:
@@ -154,7 +157,7 @@ def test_fast_enough_for_1024_devices_and_96_layers() -> None:
     start = time.perf_counter()
     tr = simulate(w, big, FSDPConfig())
     elapsed = time.perf_counter() - start
-    assert tr.meta["world_size"] == 1024
+    assert step_result(tr).n_devices == 1024
     assert elapsed < 0.25  # goal 50 ms (benchmark of chapter 7); loose here for busy CI
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.validation import require_bool, require_choice, require_int, require_range
 
 
 def test_range_accepts_inside_and_names_field_outside() -> None:
@@ -23,3 +23,11 @@ def test_int_rejects_floats_bools_and_negative() -> None:
 def test_choice_lists_the_allowed_values() -> None:
     with pytest.raises(ValueError, match=r"optimizer='adamx' is not known; allowed: 'sgd', 'adam'"):
         require_choice("optimizer", "adamx", ["sgd", "adam"])
+
+
+def test_bool_rejects_truthy_stand_ins() -> None:
+    assert require_bool("overlap", False) is False
+    for bad in (0, 1, "yes", None):
+        with pytest.raises(ValueError, match=rf"^overlap={bad!r} is not allowed; "
+                                             "allowed: True, False$"):
+            require_bool("overlap", bad)

@@ -105,8 +105,8 @@ def e04(lab: Lab) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for model in ("gpt2-124m", "resnet50"):
         tr = lab.dp_trace(model)
-        out[f"{model}_peak_GiB"] = [b / 1024**3 for b in tr.meta["peak_bytes"]]
-        out[f"{model}_imbalance"] = tr.meta["imbalance"]
+        out[f"{model}_peak_GiB"] = [b / 1024**3 for b in dp.step_result(tr).peak_bytes]
+        out[f"{model}_imbalance"] = dp.summary(tr).imbalance
         out[f"{model}_busy_ms"] = [1e3 * sum(e.duration_s for e in tr.events
                                              if e.device == d and e.stream != "python")
                                    for d in tr.devices]
@@ -120,8 +120,9 @@ def e04(lab: Lab) -> dict[str, Any]:
 def e05(lab: Lab) -> dict[str, Any]:
     """Phases of a simulated DP step, and where each phase's copies go."""
     tr = lab.dp_trace("resnet50")
-    opt_start = tr.meta["phases"]["optimizer"][0]
-    return {"phases_ms": {k: [1e3 * v[0], 1e3 * v[1]] for k, v in tr.meta["phases"].items()},
+    phases = dp.summary(tr).phases
+    opt_start = phases["optimizer"][0]
+    return {"phases_ms": {k: [1e3 * v[0], 1e3 * v[1]] for k, v in phases.items()},
             "reduce_target_device": sorted({e.device for e in tr.events
                                             if e.kind == "reduce" and e.nbytes == 0}),
             "optimizer_devices": sorted({e.device for e in tr.events if e.kind == "optimizer"}),
@@ -187,7 +188,7 @@ def e11(lab: Lab) -> dict[str, Any]:
     return {"dp_params_GiB": [tr.memory_at_peak(d).get("parameters", 0) / 1024**3
                               for d in tr.devices],
             "ddp_params_GiB": ddp_params / 1024**3,
-            "dp_peak_GiB": [b / 1024**3 for b in tr.meta["peak_bytes"]],
+            "dp_peak_GiB": [b / 1024**3 for b in dp.step_result(tr).peak_bytes],
             "ddp_peak_GiB": max(plan(w, PCIE, "ddp", 4, 64, precision="fp32").peak_bytes)
             / 1024**3}
 

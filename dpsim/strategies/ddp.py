@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.collectives.cost import ALGORITHMS, collective_time_s
+from dpsim.collectives.cost import ALGORITHMS, collective_time_s, ring_bytes_per_rank_formula
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster, Device, Link
-from dpsim.memory import OPTIMIZERS, model_state_bytes
+from dpsim.memory import OPTIMIZERS, model_state_bytes, precision_dtype
+from dpsim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.validation import require_bool, require_choice, require_int, require_range
 from dpsim.workload import DTYPE_BYTES, Workload
 
 MiB = 1024**2
@@ -49,22 +50,21 @@ class DDPConfig:
     dtype: str = "fp32"  # compute and gradient dtype
     algorithm: str = "ring"  # all-reduce algorithm, one of collectives.ALGORITHMS
     gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
+    mixed_precision: bool = False  # memory: 16-bit working copy + fp32 master and moments
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
         require_range("bucket_cap_mb", self.bucket_cap_mb, 0, 1 << 20, low_inclusive=False)
         require_range("first_bucket_cap_mb", self.first_bucket_cap_mb, 0, 1 << 20,
                       low_inclusive=False)
-        _require_bool("overlap", self.overlap)
+        require_bool("overlap", self.overlap)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_choice("dtype", self.dtype, DTYPE_BYTES)
         require_choice("algorithm", self.algorithm, ALGORITHMS)
-        _require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
-
-
-def _require_bool(field: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{field}={value!r} is not allowed; allowed: True, False")
+        require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
+        require_bool("mixed_precision", self.mixed_precision)
+        if self.mixed_precision and self.dtype == "fp32":
+            raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,8 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         "link": link.name, "world_size": n, "batch_size": cfg.batch_size,
         "bucket_cap_mb": cfg.bucket_cap_mb, "first_bucket_cap_mb": cfg.first_bucket_cap_mb,
         "overlap": cfg.overlap,
-        "buckets": [{"index": b.index, "params": list(b.params), "nbytes": b.nbytes}
-                    for b in buckets],
+        "buckets": [{"index": b.index, "params": list(b.params), "nbytes": b.nbytes,
+                     "cap_bytes": b.cap_bytes, "ready_layer": b.ready_layer} for b in buckets],
     })
     _memory_samples(trace, workload, cfg, sum(b.nbytes for b in buckets))
     per_layer: dict[int, tuple[int, int]] = {}  # layer -> (gradient tensors, bytes)
@@ -247,7 +247,7 @@ def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPCo
 def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_bytes: int) -> None:
     """Model states, the bucket copy of the gradients, and the batch's activations."""
     states = model_state_bytes(workload.n_params, workload.n_param_tensors, dtype=cfg.dtype,
-                               optimizer=cfg.optimizer)
+                               optimizer=cfg.optimizer, mixed_precision=cfg.mixed_precision)
     trace.sample(0, 0.0, "parameters", states.parameters)
     trace.sample(0, 0.0, "optimizer", states.optimizer)
     trace.sample(0, 0.0, "gradients", states.gradients)
@@ -255,29 +255,15 @@ def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_byt
     trace.sample(0, 0.0, "activations", workload.activation_bytes(cfg.batch_size, cfg.dtype))
 
 
-@dataclass(frozen=True)
-class StepBreakdown:
-    """Where a step's time goes on one rank, in seconds."""
-
-    step_s: float  # first event start to last event end
-    compute_s: float  # forward + backward + optimizer (busy time of the compute stream)
-    comm_s: float  # busy time of the comm stream
-    hidden_comm_s: float  # communication that ran while compute ran
-    exposed_comm_s: float  # time the step is longer than its compute
-
-    @property
-    def overlap_fraction(self) -> float:
-        """Share of communication hidden behind compute (1.0 when there is none)."""
-        return self.hidden_comm_s / self.comm_s if self.comm_s > 0 else 1.0
-
-    @property
-    def scaling_efficiency(self) -> float:
-        """Throughput per rank relative to one device without communication."""
-        return self.compute_s / self.step_s if self.step_s > 0 else 1.0
+def buckets_of(trace: Trace) -> list[Bucket]:
+    """The buckets of a trace `simulate` made, in the order they are all-reduced."""
+    return [Bucket(b["index"], tuple(b["params"]), b["nbytes"], b["cap_bytes"],
+                   b["ready_layer"]) for b in trace.meta["buckets"]]
 
 
-def breakdown(trace: Trace, device: int = 0) -> StepBreakdown:
-    """Split one step of `trace` (simulated or measured) into compute, hidden and exposed comm."""
+def step_result(trace: Trace, device: int = 0) -> StepResult:
+    """Split one step of a DDP trace, simulated or measured, on `device`: compute, and
+    communication hidden behind it or exposed; peak memory as the trace sampled it."""
     events = trace.filter(device=device)
     if not events:
         raise ValueError(f"device={device} has no events in this trace; allowed: {trace.devices}")
@@ -285,7 +271,12 @@ def breakdown(trace: Trace, device: int = 0) -> StepBreakdown:
     compute = trace.busy_s(device, "compute")
     comm = trace.busy_s(device, "comm")
     exposed = min(comm, max(0.0, step - compute))
-    return StepBreakdown(step, compute, comm, max(0.0, comm - exposed), exposed)
+    n = int(trace.meta.get("world_size", len(trace.devices)))  # a bare trace: its ranks
+    reduced = sum(e.nbytes for e in events if e.stream == "comm")
+    return StepResult(step, compute, max(0.0, comm - exposed), exposed, 0.0,
+                      (trace.peak_memory(device),) * n,
+                      int(ring_bytes_per_rank_formula(reduced, n)),
+                      int(trace.meta.get("batch_size", 0)), n)
 
 
 @dataclass(frozen=True)
@@ -293,7 +284,7 @@ class ScalingPoint:
     """One world size in a scaling study."""
 
     world_size: int
-    breakdown: StepBreakdown
+    breakdown: StepResult
     n_buckets: int
     samples_per_s: float  # global throughput
 
@@ -306,7 +297,46 @@ def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = Non
     for n in world_sizes:
         require_int("world_size", n, 1)
         trace = simulate(workload, cluster.with_devices(n), cfg)
-        b = breakdown(trace)
+        b = step_result(trace)
         out.append(ScalingPoint(n, b, len(trace.meta["buckets"]),
                                 n * cfg.batch_size / b.step_s if b.step_s > 0 else 0.0))
     return out
+
+
+class DDPStrategy:
+    """DDP as the planner sees it (implements strategies.base.Strategy)."""
+
+    name = "ddp"
+    label = "DDP"
+    placement = Placement("parameters, gradients, optimizer", "the batch",
+                          "the model's states fit one device: the default")
+    config_type = DDPConfig
+    single_node = False
+    max_devices = None
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """The same samples on every rank."""
+        return split_evenly(n_devices, global_batch)
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> DDPConfig:
+        """Default buckets; bf16 gradients with fp32 master under "mixed"."""
+        return DDPConfig(batch_size=batch_per_device, optimizer=optimizer,
+                         dtype=precision_dtype(precision),
+                         mixed_precision=precision == "mixed")
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: DDPConfig) -> Trace:
+        """See `simulate`."""
+        return simulate(workload, cluster, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """One all-reduce (2 model sizes), 2 latencies per bucket; backward covers it."""
+        n_buckets = len(build_buckets(grad_tensors(workload, dtype)))
+        return CrossoverTerms(2.0, 2 * n_buckets, False)
+
+
+STRATEGY = DDPStrategy()

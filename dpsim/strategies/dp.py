@@ -19,136 +19,33 @@ One training step as `torch.nn.DataParallel` runs it (torch/nn/parallel/data_par
 With one device in use, torch calls the module directly (no replicate, threads, gather).
 Kernel times come from `dpsim.compute` (its per-operator overhead is the host's share);
 transfers use the cluster's intra-node link (a host batch crosses PCIe). Deterministic.
+Its config, the chunks and the bytes each device holds at the loss: `dp_closed_form`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass
 
 from dpsim.collectives.cost import collective_time_s
 from dpsim.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.gil import Segment, schedule
 from dpsim.hardware import PCIE4_X16, Cluster, Device, Link
-from dpsim.memory import OPTIMIZERS, optimizer_state_bytes
+from dpsim.memory import optimizer_state_bytes, precision_dtype
+from dpsim.strategies.base import CrossoverTerms, Placement, StepResult
+from dpsim.strategies.dp_closed_form import DPConfig as DPConfig  # re-exported, like those below
+from dpsim.strategies.dp_closed_form import activation_bytes_per_layer, dtype_scale
+from dpsim.strategies.dp_closed_form import bytes_at_loss as bytes_at_loss
+from dpsim.strategies.dp_closed_form import device0_extra_bytes as device0_extra_bytes
+from dpsim.strategies.dp_closed_form import device_batch_sizes as device_batch_sizes
+from dpsim.strategies.dp_closed_form import scatter_sizes as scatter_sizes
+from dpsim.strategies.dp_closed_form import with_output_features as with_output_features
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.validation import require_int
 from dpsim.workload import DTYPE_BYTES, Layer, Workload
 
-INPUT_PLACES = ("device0", "host")
 PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",
           "optimizer")  # event kinds, in step order; "grad_scatter" belongs to backward
-
-
-@dataclass(frozen=True)
-class DPConfig:
-    """One `nn.DataParallel` training step."""
-
-    n_devices: int = 4  # len(device_ids): devices one process drives
-    batch_size: int = 128  # the global batch, split across devices by scatter
-    optimizer: str = "adam"  # one of memory.OPTIMIZERS, stepped on device 0 only
-    dtype: str = "fp32"  # parameters, activations and gradients
-    input_on: str = "device0"  # the batch before forward: "device0" (x.cuda()) or "host"
-    python_op_us: float | None = None  # host cost per operator; None: device.op_overhead_us
-    op_gil_share: float = 0.6  # share of that cost in Python (GIL held); rest C++ launch
-    replicate_us_per_module: float = 20.0  # Python cost of copying one module for one device
-    thread_start_us: float = 60.0  # parallel_apply starts one thread per device per step
-
-    def __post_init__(self) -> None:
-        require_int("n_devices", self.n_devices, 1, 1024)
-        require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        require_choice("dtype", self.dtype, DTYPE_BYTES)
-        require_choice("input_on", self.input_on, INPUT_PLACES)
-        if self.python_op_us is not None:
-            require_range("python_op_us", self.python_op_us, 0)
-        require_range("op_gil_share", self.op_gil_share, 0, 1)
-        require_range("replicate_us_per_module", self.replicate_us_per_module, 0)
-        require_range("thread_start_us", self.thread_start_us, 0)
-
-
-def scatter_sizes(batch_size: int, n_devices: int) -> list[int]:
-    """Samples per chunk as `torch.chunk(batch, n_devices)` cuts them (empty chunks dropped).
-
-    Chunks hold ceil(B/N) samples and the last one the rest, so there may be fewer than
-    N chunks: B=10, N=4 -> [3, 3, 3, 1]; B=5, N=4 -> [2, 2, 1]; B=2, N=4 -> [1, 1].
-    """
-    require_int("batch_size", batch_size, 1)
-    require_int("n_devices", n_devices, 1)
-    size = -(-batch_size // n_devices)
-    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
-
-
-def device_batch_sizes(batch_size: int, n_devices: int) -> list[int]:
-    """Samples each of the N devices gets (0 for a device DataParallel leaves idle)."""
-    sizes = scatter_sizes(batch_size, n_devices)
-    return sizes + [0] * (n_devices - len(sizes))
-
-
-def with_output_features(workload: Workload, out_features: int) -> Workload:
-    """`workload` whose last layer outputs `out_features` values per sample (classifier)."""
-    require_int("out_features", out_features, 1)
-    if not workload.layers:
-        raise ValueError("workload has no layers; give a workload with at least one layer")
-    width = DTYPE_BYTES[workload.dtype]
-    last = replace(workload.layers[-1], output_bytes=out_features * width)
-    return replace(workload, layers=(*workload.layers[:-1], last),
-                   loss_bytes=out_features * width + 8,
-                   name=f"{workload.name} ({out_features} outputs)")
-
-
-def _scale(workload: Workload, dtype: str) -> float:
-    return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
-
-
-def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
-    """Bytes each layer saves for backward per sample, in `dtype`, the input excluded.
-
-    The first layer's saved input is the batch itself, which DP counts as "input".
-    """
-    scale = _scale(workload, dtype)
-    acts = [layer.activation_bytes * scale for layer in workload.layers]
-    if acts:
-        acts[0] -= min(acts[0], float(workload.input_bytes))
-    return acts
-
-
-def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
-    """Bytes per category each device holds when the loss is computed (steady state).
-
-    Device 0 keeps the optimizer state, the gathered outputs, what the loss saves for
-    backward and (input_on="device0") the whole batch; every device that got a chunk
-    holds a replica of the parameters, its input chunk and its activations.
-    """
-    sizes = device_batch_sizes(config.batch_size, config.n_devices)
-    used = sum(1 for b in sizes if b)
-    scale = _scale(workload, config.dtype)
-    act_per_sample = sum(activation_bytes_per_layer(workload, config.dtype))
-    b = config.batch_size
-    params = DTYPE_BYTES[config.dtype] * workload.n_params
-    rows = []
-    for d, bd in enumerate(sizes):
-        zero = d == 0
-        rows.append({
-            "parameters": params if zero or (used > 1 and bd) else 0,
-            "optimizer": optimizer_state_bytes(workload.n_params, workload.n_param_tensors,
-                                               config.optimizer, False, config.dtype)
-            if zero else 0,
-            "input": workload.input_bytes * (b if zero and config.input_on == "device0"
-                                             else bd),
-            "activations": int(act_per_sample * bd),
-            "outputs": workload.output_bytes(bd, config.dtype) if zero and used == 1 else 0,
-            "gathered": workload.output_bytes(b, config.dtype) if zero and used > 1 else 0,
-            "loss": int(workload.loss_bytes * b * scale) if zero else 0,
-            "gradients": 0,
-        })
-    return rows
-
-
-def device0_extra_bytes(workload: Workload, config: DPConfig) -> dict[str, int]:
-    """Bytes per category device 0 holds at the loss beyond device 1 (needs n_devices >= 2)."""
-    require_int("n_devices", config.n_devices, 2)
-    rows = bytes_at_loss(workload, config)
-    return {cat: rows[0][cat] - rows[1][cat] for cat in rows[0]}
 
 
 def _ops(layer: Layer) -> int:
@@ -184,6 +81,7 @@ class _Builder:
         self.mem(device, time_s, category, self.held.get((device, category), 0) + int(delta))
 
 
+# long: the eight phases of one DataParallel step, read top to bottom in the order torch runs them
 def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     """Timeline and memory per device of one DataParallel training step.
 
@@ -197,7 +95,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     dev, link, dt = cluster.device, cluster.intra_node, config.dtype
     sizes = scatter_sizes(config.batch_size, config.n_devices)
     used = len(sizes)
-    scale = _scale(workload, dt)
+    scale = dtype_scale(workload, dt)
     op_s = (dev.op_overhead_us if config.python_op_us is None else config.python_op_us) * 1e-6
     gil_s, launch_s = op_s * config.op_gil_share, op_s * (1 - config.op_gil_share)
     param_bytes = DTYPE_BYTES[dt] * workload.n_params
@@ -382,3 +280,78 @@ def _finish_meta(trace: Trace, config: DPConfig, sizes: list[int], end_s: float,
         "gil_s_per_op": gil_s,
         "phases": phases,
     })
+
+
+@dataclass(frozen=True)
+class DPSummary:
+    """What a simulated DP step records besides its StepResult (seconds, samples)."""
+
+    samples_per_s: float  # global batch / step time
+    chunk_sizes: tuple[int, ...]  # samples per device that got a chunk (torch.chunk)
+    n_devices_used: int
+    imbalance: float  # device 0's peak / the largest other peak (inf: no other)
+    python_s: float  # seconds in which some thread held the GIL
+    gil_s_per_op: float  # GIL held per dispatched operator
+    phases: dict[str, tuple[float, float]]  # phase kind -> (first start_s, last end_s)
+    loss_time_s: float  # when the loss is computed (`bytes_at_loss` holds then)
+
+
+def summary(trace: Trace) -> DPSummary:
+    """The DP-specific numbers of a trace `simulate` made."""
+    m = trace.meta
+    return DPSummary(m["samples_per_s"], tuple(m["chunk_sizes"]), m["n_devices_used"],
+                     m["imbalance"], m["python_s"], m["gil_s_per_op"],
+                     {k: (v[0], v[1]) for k, v in m["phases"].items()}, m["loss_time_s"])
+
+
+def step_result(trace: Trace) -> StepResult:
+    """The step of a trace `simulate` made; host time beyond compute and comm is "other"."""
+    m = trace.meta
+    n, step = m["n_devices"], m["step_time_s"]
+    compute = max(trace.busy_s(d, "compute") for d in range(n))
+    comm = trace.busy_s(0, "comm")
+    exposed = min(comm, max(0.0, step - compute))
+    sent = sum(e.nbytes for e in trace.events if e.stream == "comm") // max(n, 1)
+    return StepResult(step, compute, comm - exposed, exposed,
+                      max(0.0, step - compute - exposed), tuple(int(p) for p in m["peak_bytes"]),
+                      int(sent), max(m["chunk_sizes"]), n)
+
+
+class DPStrategy:
+    """DataParallel as the planner sees it (implements strategies.base.Strategy)."""
+
+    name = "dp"
+    label = "DataParallel"
+    placement = Placement("parameters, gradients, optimizer (re-copied every step)",
+                          "the batch", "a quick try on 2-4 GPUs of one node; prefer DDP")
+    config_type = DPConfig
+    single_node = True  # one process drives every device
+    max_devices = None
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """torch.chunk: any batch, but each used device needs a sample."""
+        if global_batch < n_devices:
+            raise ValueError(f"global_batch={global_batch} is out of range for DP on "
+                             f"{n_devices} devices; allowed >= {n_devices}")
+        return math.ceil(global_batch / n_devices)
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> DPConfig:
+        """The global batch over n_devices, in the precision's compute dtype."""
+        return DPConfig(n_devices=n_devices, batch_size=global_batch, optimizer=optimizer,
+                        dtype=precision_dtype(precision))
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
+        """See `simulate`."""
+        return simulate(workload, cluster, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """None: DP's copies do not overlap compute."""
+        return None
+
+
+STRATEGY = DPStrategy()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dpsim.collectives.cost import ALGORITHMS, collective_time_s
-from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
+from dpsim.compute import optimizer_time_s
 from dpsim.hardware import Cluster
 from dpsim.memory import (
     OPTIMIZERS,
@@ -28,9 +28,13 @@ from dpsim.memory import (
     ZERO_STAGES,
     optimizer_state_bytes,
     precision_bytes_per_param,
+    precision_dtype,
 )
+from dpsim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
+from dpsim.strategies.fsdp_units import Unit
+from dpsim.strategies.fsdp_units import build_units as build_units
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_choice, require_int
+from dpsim.validation import require_bool, require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
 
 
@@ -58,50 +62,12 @@ class FSDPConfig:
         require_choice("algorithm", self.algorithm, ALGORITHMS)
         for name in ("reshard_after_forward", "forward_prefetch", "backward_prefetch",
                      "activation_checkpointing"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; give True or "
-                                 "False")
+            require_bool(name, getattr(self, name))
 
     @property
     def dtype(self) -> str:
         """Dtype of compute, of the gathered parameters and of the gradients sent."""
-        return "fp32" if self.precision == "fp32" else "bf16"
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One FSDP unit: its parameters and per-step costs on one device."""
-
-    name: str
-    n_params: int
-    n_param_tensors: int
-    forward_s: float
-    backward_s: float
-    activation_bytes: int  # kept for backward by this unit's layers (whole local batch)
-    input_bytes: int  # the unit's input (kept alone under activation checkpointing)
-
-
-def build_units(workload: Workload, cluster: Cluster, config: FSDPConfig) -> list[Unit]:
-    """Group the workload's layers into units and cost each on the cluster's device."""
-    b, dt, dev = config.batch_size, config.dtype, cluster.device
-    scale = b * DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
-    units: list[Unit] = []
-    prev_out = workload.input_bytes
-    layers = workload.layers
-    for i in range(0, len(layers), config.layers_per_unit):
-        group = layers[i:i + config.layers_per_unit]
-        name = group[0].name if len(group) == 1 else f"{group[0].name}..{group[-1].name}"
-        units.append(Unit(
-            name=name,
-            n_params=sum(layer.n_params for layer in group),
-            n_param_tensors=sum(layer.n_param_tensors for layer in group),
-            forward_s=sum(forward_time_s(layer, b, dev, dt, workload.dtype) for layer in group),
-            backward_s=sum(backward_time_s(layer, b, dev, dt, workload.dtype) for layer in group),
-            activation_bytes=int(sum(layer.activation_bytes for layer in group) * scale),
-            input_bytes=int(prev_out * scale),
-        ))
-        prev_out = group[-1].output_bytes
-    return units
+        return precision_dtype(self.precision)
 
 
 def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
@@ -305,12 +271,37 @@ class _Step:
         return tr
 
 
-def timing_summary(trace: Trace) -> dict[str, float]:
-    """Step time split into compute, communication hidden behind it, and exposed comm (s)."""
+@dataclass(frozen=True)
+class FSDPSummary:
+    """What a simulated FSDP / ZeRO step records besides its StepResult (bytes)."""
+
+    stage: int
+    n_units: int
+    devices_identical: bool  # one representative device stands for all
+    comm_volume_bytes: int  # full-tensor size of every collective, an all-reduce twice
+    model_bytes: int  # parameters in the communication dtype
+    comm_to_model: float  # comm_volume_bytes / model_bytes
+    breakdown: dict[str, int]  # bytes per category at the peak
+    fits: bool  # the peak fits the device's memory
+    samples_per_s: float  # global
+
+
+def summary(trace: Trace) -> FSDPSummary:
+    """The FSDP-specific numbers of a trace `simulate` made."""
     m = trace.meta
-    hidden = max(0.0, m["comm_s"] - m["exposed_comm_s"])
-    return {"step_s": m["step_time_s"], "compute_s": m["compute_s"], "hidden_comm_s": hidden,
-            "exposed_comm_s": m["exposed_comm_s"]}
+    return FSDPSummary(m["stage"], m["n_units"], bool(m["devices_identical"]),
+                       m["comm_volume_bytes"], m["model_bytes"], m["comm_to_model"],
+                       dict(m["breakdown"]), bool(m["fits"]), m["samples_per_s"])
+
+
+def step_result(trace: Trace) -> StepResult:
+    """The step of a trace `simulate` made: compute, and communication hidden behind it
+    or exposed (the time the step is longer than its compute); every device the same."""
+    m = trace.meta
+    exposed, n = m["exposed_comm_s"], m["world_size"]
+    return StepResult(m["step_time_s"], m["compute_s"], max(0.0, m["comm_s"] - exposed),
+                      exposed, 0.0, (int(m["peak_bytes"]),) * n,
+                      int(m["sent_bytes_per_device"]), m["batch_size"], n)
 
 
 def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
@@ -318,3 +309,51 @@ def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
     """The same step under each ZeRO stage: {"ZeRO-0 (DDP)": trace, ..., "ZeRO-3 (FSDP)": ...}."""
     names = {0: "ZeRO-0 (DDP)", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 (FSDP)"}
     return {names[s]: simulate(workload, cluster, replace(config, stage=s)) for s in stages}
+
+
+@dataclass(frozen=True)
+class FSDPStrategy:
+    """One ZeRO stage of FSDP as the planner sees it (implements strategies.base.Strategy)."""
+
+    stage: int  # 1, 2 or 3
+    name: str
+    label: str
+    placement: Placement
+    config_type = FSDPConfig
+    single_node = False
+    max_devices = None
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """The same samples on every device."""
+        return split_evenly(n_devices, global_batch)
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> FSDPConfig:
+        """One unit per layer, prefetch on, this strategy's stage."""
+        return FSDPConfig(batch_size=batch_per_device, stage=self.stage, precision=precision,
+                          optimizer=optimizer)
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
+        """See `simulate`."""
+        return simulate(workload, cluster, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """ZeRO-3: two all-gathers and a reduce-scatter (3 model sizes), 3 latencies per
+        unit (one per layer), hidden behind forward and backward; None for stages 1-2."""
+        if self.stage != 3:
+            return None
+        return CrossoverTerms(3.0, 3 * len(workload.layers), True)
+
+
+ZERO1 = FSDPStrategy(1, "zero1", "FSDP / ZeRO-1", Placement(
+    "parameters, gradients", "optimizer state, the batch", "optimizer state is what does not fit"))
+ZERO2 = FSDPStrategy(2, "zero2", "FSDP / ZeRO-2", Placement(
+    "parameters", "gradients, optimizer state, the batch",
+    "gradients + optimizer state do not fit"))
+ZERO3 = FSDPStrategy(3, "fsdp", "FSDP / ZeRO-3", Placement(
+    "nothing", "parameters, gradients, optimizer state, the batch",
+    "the model's states do not fit one device"))

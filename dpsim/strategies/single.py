@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
-from dpsim.hardware import Device
-from dpsim.memory import OPTIMIZERS, MemoryBreakdown, predict_single
+from dpsim.hardware import Cluster, Device
+from dpsim.memory import OPTIMIZERS, MemoryBreakdown, precision_dtype, predict_single
+from dpsim.strategies.base import CrossoverTerms, Placement, StepResult
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
@@ -82,6 +83,64 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
 def breakdown(trace: Trace) -> MemoryBreakdown:
     """The predicted peak breakdown stored in a simulated trace."""
     return MemoryBreakdown(**trace.meta["breakdown"])
+
+
+@dataclass(frozen=True)
+class SingleSummary:
+    """What a simulated single-device step records besides its StepResult."""
+
+    samples_per_s: float  # batch / step time
+    fits: bool  # the predicted peak fits the device's memory
+
+
+def summary(trace: Trace) -> SingleSummary:
+    """Throughput and fit of a trace `simulate` made."""
+    return SingleSummary(trace.meta["samples_per_s"], bool(trace.meta["fits"]))
+
+
+def step_result(trace: Trace) -> StepResult:
+    """The step of a trace `simulate` made: all compute, no communication."""
+    m = trace.meta
+    step = m["step_time_s"]
+    return StepResult(step, step, 0.0, 0.0, 0.0, (int(m["peak_bytes"]),), 0, m["batch_size"], 1)
+
+
+class SingleStrategy:
+    """One device as the planner sees it (implements strategies.base.Strategy)."""
+
+    name = "single"
+    label = "single device"
+    placement = Placement("everything", "nothing", "the model and a useful batch fit one device")
+    config_type = SingleConfig
+    single_node = False
+    max_devices = 1
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """The whole batch; ValueError unless n_devices is 1."""
+        if n_devices != 1:
+            raise ValueError(f"n_devices={n_devices} with strategy='single'; allowed: 1")
+        return global_batch
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> SingleConfig:
+        """bf16 working copy with fp32 master under "mixed"."""
+        return SingleConfig(batch_per_device, optimizer, precision_dtype(precision),
+                            precision == "mixed")
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: SingleConfig) -> Trace:
+        """One step on the cluster's device."""
+        return simulate(workload, cluster.device, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """None: nothing to hide."""
+        return None
+
+
+STRATEGY = SingleStrategy()
 
 
 def fit_rows(models: list[str], device: Device, batch_size: int = 1) -> list[dict[str, object]]:

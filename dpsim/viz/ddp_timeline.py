@@ -11,7 +11,8 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.strategies.ddp import ScalingPoint, StepBreakdown
+from dpsim.strategies.base import StepResult
+from dpsim.strategies.ddp import ScalingPoint
 from dpsim.trace import Trace
 from dpsim.viz.style import color_for, finish, human_bytes
 
@@ -82,12 +83,12 @@ def _lanes(events: Sequence[Any]) -> dict[int, int]:
     return out
 
 
-def _segments(b: StepBreakdown) -> tuple[float, float, float]:
+def _segments(b: StepResult) -> tuple[float, float, float]:
     """(compute alone, hidden comm, exposed comm) in ms; they add up to the step time."""
     return ((b.compute_s - b.hidden_comm_s) * 1e3, b.hidden_comm_s * 1e3, b.exposed_comm_s * 1e3)
 
 
-def breakdown_bars(rows: Mapping[str, StepBreakdown],
+def breakdown_bars(rows: Mapping[str, StepResult],
                    title: str = "Where the step time goes") -> go.Figure:
     """Stacked bars per row label: compute alone, comm hidden behind compute, exposed comm."""
     labels = list(rows)

@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dpsim.planner import LABELS, Crossover, PlanResult, efficiencies
+from dpsim.planner import Crossover, PlanResult, efficiencies
 
 SPLIT_COLORS = {"compute": "#4C78A8", "hidden comm": "#72B7B2", "exposed comm": "#E45756",
                 "host / GIL": "#BAB0AC"}
@@ -58,7 +58,7 @@ def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
         data.append({"type": "bar", "x": [col], "y": [seconds * 1e3], "name": name,
                      "marker": {"color": SPLIT_COLORS[name]}, **_axes(1),
                      "hovertemplate": f"{name}: %{{y:.3g}} ms<extra></extra>"})
-    layout = _layout(f"{LABELS[p.strategy]} on {p.n_devices} device(s), global batch "
+    layout = _layout(f"{p.label} on {p.n_devices} device(s), global batch "
                      f"{p.global_batch}: {p.samples_per_s:,.0f} samples/s (simulated)",
                      domains, titles[:len(domains)], 400)
     data += _memory(p, layout)
@@ -125,11 +125,11 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
                 data.append({"type": "scatter", "x": [x, x], "y": [0, 1.05], "mode": "lines",
                              "showlegend": False, "line": {"color": color, "dash": dash,
                                                            "width": 1},
-                             "name": f"{LABELS[cr.strategy]} crossover ({what})", **_axes(ax)})
+                             "name": f"{cr.label} crossover ({what})", **_axes(ax)})
         layout["annotations"].append({
             "x": 0.01, "y": 0.03 + 0.07 * i, "xref": "paper", "yref": "paper",
             "showarrow": False, "xanchor": "left", "font": {"color": color, "size": 11},
-            "text": f"{LABELS[cr.strategy]}: formula N* = {cr.formula_devices:.0f} (dashed),"
+            "text": f"{cr.label}: formula N* = {cr.formula_devices:.0f} (dashed),"
                     f" simulated {cr.simulated_devices} (dotted)"})
     for name in ("xaxis", "xaxis2"):
         layout[name].update({"type": "log", "title": {"text": "devices"}})

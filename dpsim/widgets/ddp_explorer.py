@@ -17,7 +17,7 @@ from dpsim.hardware import (
     Cluster,
     Link,
 )
-from dpsim.strategies.ddp import DDPConfig, breakdown, scaling, simulate
+from dpsim.strategies.ddp import DDPConfig, buckets_of, scaling, simulate, step_result
 from dpsim.viz.ddp_timeline import scaling_figure, timeline
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, get_workload
@@ -42,10 +42,10 @@ def explore(model: str, device: str, interconnect: str, world_size: int,
                     dtype="fp32" if DEVICES[device].kind == "cpu" else "bf16")
     cluster = cluster_for(device, interconnect, world_size)
     trace = simulate(workload, cluster, cfg)
-    b = breakdown(trace)
+    b = step_result(trace)
     sweep = [n for n in WORLD_SIZES if n <= max(8, world_size)]
     points = scaling(workload, cluster_for(device, interconnect, max(sweep)), cfg, sweep)
-    n_buckets = len(trace.meta["buckets"])
+    n_buckets = len(buckets_of(trace))
     text = (f"simulated, N={world_size}: step {b.step_s * 1e3:.2f} ms = compute "
             f"{b.compute_s * 1e3:.2f} ms + exposed comm {b.exposed_comm_s * 1e3:.2f} ms; "
             f"comm {b.comm_s * 1e3:.2f} ms in {n_buckets} bucket"

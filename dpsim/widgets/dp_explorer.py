@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpsim.hardware import get_cluster
+from dpsim.strategies import dp
 from dpsim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
 from dpsim.trace import Trace
 from dpsim.viz.memory_per_device import peak_per_device
@@ -46,15 +47,16 @@ def explore(model: str = "gpt2-124m", n_devices: int = 4, batch_size: int = 32,
     workload = get_model(model, out_features)
     config = DPConfig(n_devices=n_devices, batch_size=batch_size)
     trace = simulate(workload, c, config)
-    peaks = trace.meta["peak_bytes"]
+    step, facts = dp.step_result(trace), dp.summary(trace)
+    peaks = step.peak_bytes
     summary: dict[str, Any] = {
         "model": workload.name,
-        "chunks": trace.meta["chunk_sizes"],
+        "chunks": list(facts.chunk_sizes),
         "device 0 peak": peaks[0],
         "largest other peak": max(peaks[1:], default=0),
-        "imbalance": trace.meta["imbalance"],
+        "imbalance": facts.imbalance,
         "fits": peaks[0] <= c.device.memory_bytes,
-        "step_time_s": trace.meta["step_time_s"],
+        "step_time_s": step.step_s,
         "extra_at_loss": device0_extra_bytes(workload, config) if n_devices > 1 else {},
     }
     return trace, summary

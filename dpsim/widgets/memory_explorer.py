@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from dpsim.hardware import DEVICES
 from dpsim.memory import OPTIMIZERS, MemoryBreakdown
-from dpsim.strategies.single import SingleConfig, breakdown, simulate
+from dpsim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
 from dpsim.viz.memory import breakdown_bars
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, get_workload
@@ -29,10 +29,11 @@ def explore(model: str, device: str, precision: str, optimizer: str, batch_size:
                                     title=f"Simulated memory on one {dev.name}", unit="GiB")
     fig.add_hline(y=dev.memory_GiB, line_dash="dash", line_color="red",
                   annotation_text=f"{dev.memory_GiB:g} GiB")
-    verdict = "fits" if trace.meta["fits"] else "OUT OF MEMORY"
+    facts = summary(trace)
+    verdict = "fits" if facts.fits else "OUT OF MEMORY"
     line = (f"simulated: {pred.total / 1024**3:.1f} GiB ({verdict}); "
-            f"step {trace.meta['step_time_s'] * 1e3:.1f} ms; "
-            f"{trace.meta['samples_per_s']:.1f} samples/s")
+            f"step {step_result(trace).step_s * 1e3:.1f} ms; "
+            f"{facts.samples_per_s:.1f} samples/s")
     return [fig, line]
 
 

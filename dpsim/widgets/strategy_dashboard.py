@@ -8,7 +8,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from dpsim.hardware import CLUSTERS, Cluster, Link, get_cluster
-from dpsim.planner import LABELS, POWERS_OF_TWO, STRATEGIES, PlanResult, plan, scaling_curve
+from dpsim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
+from dpsim.strategies.registry import get_strategy, names
 from dpsim.viz.planner import plan_figure
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, Workload, get_workload
@@ -69,7 +70,7 @@ class StrategyExplorer:
         except ValueError as err:
             return [f"cannot simulate this setting: {err}"]
         oom = p.oom_devices
-        text = (f"simulated: {w.name}, {LABELS[strategy]}, N={n_devices}: step "
+        text = (f"simulated: {w.name}, {p.label}, N={n_devices}: step "
                 f"{p.step_s * 1e3:.3g} ms = compute {p.compute_s * 1e3:.3g} + exposed comm "
                 f"{p.exposed_comm_s * 1e3:.3g} + host {p.other_s * 1e3:.3g} ms "
                 f"(hidden comm {p.hidden_comm_s * 1e3:.3g} ms); "
@@ -94,7 +95,7 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
         "model": widgets.Dropdown(options=models, value=model, description="model"),
         "cluster": widgets.Dropdown(options=list(CLUSTER_CHOICES), value=cluster,
                                     description="cluster"),
-        "strategy": widgets.Dropdown(options=[(LABELS[s], s) for s in STRATEGIES],
+        "strategy": widgets.Dropdown(options=[(get_strategy(s).label, s) for s in names()],
                                      value=strategy, description="strategy"),
         "n_devices": widgets.SelectionSlider(options=list(POWERS_OF_TWO), value=n_devices,
                                              description="N"),

@@ -9,7 +9,7 @@ import ipywidgets as widgets
 
 from dpsim.hardware import H100_80GB, NVLINK4, Cluster
 from dpsim.memory import OPTIMIZERS, PRECISIONS
-from dpsim.strategies.fsdp import FSDPConfig, compare_stages
+from dpsim.strategies.fsdp import FSDPConfig, compare_stages, summary
 from dpsim.viz.fsdp import device_grid, zero_bars
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import Workload, get_workload, transformer
@@ -42,11 +42,12 @@ def explore(model: str, n_devices: int, precision: str, optimizer: str,
                      activation_checkpointing=checkpointing)
     traces = compare_stages(workload, cluster, cfg)
     limit = cluster.device.memory_bytes
-    bars = zero_bars({k: t.meta["breakdown"] for k, t in traces.items()}, limit, unit="GiB",
+    facts = {k: summary(t) for k, t in traces.items()}
+    bars = zero_bars({k: f.breakdown for k, f in facts.items()}, limit, unit="GiB",
                      title=f"{workload.name} on {n_devices} x {memory_GiB:g} GiB: simulated peak "
                            "memory per device")
-    grid = device_grid({k: bool(t.meta["fits"]) for k, t in traces.items()}, n_devices)
-    fitting = [k for k, t in traces.items() if t.meta["fits"]]
+    grid = device_grid({k: f.fits for k, f in facts.items()}, n_devices)
+    fitting = [k for k, f in facts.items() if f.fits]
     line = (f"simulated: fits under {', '.join(fitting)}" if fitting
             else "simulated: out of memory under every stage; add devices or checkpointing")
     return [bars, grid, line]

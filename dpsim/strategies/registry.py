@@ -1,0 +1,50 @@
+"""The strategies the planner, the figures and the dashboards know, by name, in order.
+
+"single", "dp", "ddp", then FSDP at ZeRO stages 1, 2 and 3 ("zero1", "zero2", "fsdp").
+A new strategy is one module implementing `strategies.base.Strategy` plus one `register`
+call (here for a permanent one, in a test or a notebook for an experiment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpsim.strategies import ddp, dp, fsdp, single
+from dpsim.strategies.base import Strategy
+from dpsim.validation import require_choice
+
+_REGISTRY: dict[str, Strategy[Any]] = {}
+
+
+def register(strategy: Strategy[Any]) -> Strategy[Any]:
+    """Add `strategy` under its name (after the others); ValueError if it is not one."""
+    if not isinstance(strategy, Strategy):
+        raise ValueError(f"strategy={strategy!r} does not implement strategies.base.Strategy; "
+                         "allowed: an object with every member of that protocol")
+    if strategy.name in _REGISTRY:
+        raise ValueError(f"name={strategy.name!r} is already registered; allowed: a name "
+                         f"other than {', '.join(repr(n) for n in _REGISTRY)}")
+    _REGISTRY[strategy.name] = strategy
+    return strategy
+
+
+def unregister(name: str) -> None:
+    """Remove the strategy registered as `name`."""
+    require_choice("strategy", name, _REGISTRY)
+    del _REGISTRY[name]
+
+
+def get_strategy(name: str) -> Strategy[Any]:
+    """The strategy registered as `name`; ValueError listing the names otherwise."""
+    require_choice("strategy", name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Every registered name, in registration order."""
+    return tuple(_REGISTRY)
+
+
+for _strategy in (single.STRATEGY, dp.STRATEGY, ddp.STRATEGY, fsdp.ZERO1, fsdp.ZERO2,
+                  fsdp.ZERO3):
+    register(_strategy)
