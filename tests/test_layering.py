@@ -30,6 +30,8 @@ ALLOWED = {
 TORCH_FREE = {"simulator", "viz"}  # never import torch, not even lazily
 # Third-party packages the simulator may use: the standard library and numpy only.
 SIMULATOR_THIRD_PARTY = {"numpy"}
+# Functions viz may call: arithmetic over results already simulated, no cost model inside.
+VIZ_MAY_CALL = {"dpsim.planner.efficiencies"}  # t1 / (N tN) over a scaling curve
 
 
 def wing(module: str) -> str:
@@ -98,7 +100,7 @@ def test_viz_draws_and_never_calls_a_cost_model(path: Path) -> None:
         source = importlib.import_module(module)
         for name in names:
             obj = getattr(source, name)
-            assert not inspect.isroutine(obj), (
+            assert f"{module}.{name}" in VIZ_MAY_CALL or not inspect.isroutine(obj), (
                 f"{path.name}:{line} imports the function {module}.{name}: compute it in "
                 "the caller (a widget or a notebook) and pass the numbers in")
 
