@@ -303,20 +303,22 @@ def test_ring_animation_handles_tiny_and_empty_arrays() -> None:
 
 
 def test_traffic_figure_shows_the_naive_hotspot() -> None:
+    from dpsim.collectives.series import rank_traffic
     from dpsim.viz.traffic import traffic_figure
 
-    fig = traffic_figure(8 * 2**20, 8)
+    fig = traffic_figure(rank_traffic("all_reduce", 8 * 2**20, 8))
     naive_sent = next(t for t in fig.data if t.name == "bytes sent" and t.xaxis == "x")
     assert naive_sent.y[0] == 7 * 8 * 2**20 and max(naive_sent.y[1:]) == 8 * 2**20
     with pytest.raises(ValueError, match="algorithm"):
-        traffic_figure(1024, 4, algorithms=("ring", "hypercube"))
+        rank_traffic("all_reduce", 1024, 4, algorithms=("ring", "hypercube"))
 
 
 def test_bandwidth_and_prediction_figures() -> None:
+    from dpsim.collectives.series import bandwidth_series
     from dpsim.viz.traffic import bandwidth_figure, prediction_figure
 
     measured = {"hand": {1024: 1e-3, 2**20: 2e-3}, "torch": {1024: 5e-4, 2**20: 1e-3}}
-    fig = bandwidth_figure(measured, 4)
+    fig = bandwidth_figure(bandwidth_series(measured, 4), 4)
     busbw_torch = [t for t in fig.data if t.xaxis == "x2" and t.legendgroup == "torch"][0]
     assert busbw_torch.y[1] == pytest.approx(2**20 / 1e-3 / 1e9 * 1.5)
     fig = prediction_figure([1024, 2048], [1e-3, 2e-3], [1.1e-3, 1.9e-3])
@@ -343,3 +345,42 @@ def test_explorer_numbers_match_the_closed_form() -> None:
     sliders = box.children[1].children[0].children + box.children[1].children[1].children
     values = {w.description: w.value for w in sliders}
     assert values["N ranks"] == 128
+
+
+# --- the alpha-beta fit and the series figures draw ----------------------------------------
+def test_fit_link_recovers_alpha_and_beta_under_both_weightings() -> None:
+    from dpsim.collectives.cost import cost_terms
+    from dpsim.collectives.fit import fit_link
+
+    truth = Link("truth", bandwidth_GBps=2.0, latency_us=30.0)
+    sizes = [2**k for k in range(12, 25, 2)]
+    times = [collective_time_s("all_reduce", s, 4, truth) for s in sizes]
+    k, f = cost_terms("all_reduce", 4)
+    for weighting in ("relative", "absolute"):
+        link = fit_link(sizes, times, k, f, "fit", weighting)
+        assert link.latency_us == pytest.approx(30.0, rel=1e-6)
+        assert link.bandwidth_GBps == pytest.approx(2.0, rel=1e-6)
+    flat = fit_link([1024, 2048], [1e-3, 1e-3], k, f, "flat", "absolute")  # no slope
+    assert flat.bandwidth_GBps == 1e3 and flat.latency_us == pytest.approx(1e3 / k)
+    with pytest.raises(ValueError, match="weighting"):
+        fit_link(sizes, times, k, f, "fit", "median")
+    with pytest.raises(ValueError, match="times > 0"):
+        fit_link([1024, 2048], [0.0, 1e-3], k, f, "fit", "absolute")
+
+
+def test_series_for_figures_match_the_closed_forms() -> None:
+    from dpsim.collectives.series import bandwidth_series, model_series, rank_traffic
+
+    traffic = rank_traffic("all_reduce", 8 * 2**20, 8)
+    assert list(traffic.sent) == ["naive", "tree", "ring"]
+    assert traffic.received["ring"] == bytes_received_per_rank("all_reduce", 8 * 2**20, 8)
+    assert traffic.ring_formula_bytes == ring_bytes_per_rank_formula(8 * 2**20, 8)
+    curves = model_series("all_gather", 4, NVLINK4, [1024, 2**20])
+    assert list(curves) == list(ALGORITHMS)
+    t = collective_time_s("all_gather", 2**20, 4, NVLINK4, "tree")
+    assert curves["tree"].time_s[1] == t
+    assert curves["tree"].busbw_GBps[1] == busbw_GBps("all_gather", 2**20, 4, t)
+    assert model_series("all_reduce", 1, NVLINK4, [1024])["ring"].busbw_GBps == [0.0]
+    measured = bandwidth_series({"torch": {2**20: 1e-3, 1024: 5e-4}}, 4)["torch"]
+    assert measured.sizes_bytes == [1024, 2**20]
+    assert measured.algbw_GBps[1] == algbw_GBps(2**20, 1e-3)

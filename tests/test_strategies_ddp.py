@@ -220,12 +220,14 @@ def test_config_rejects_bad_values_naming_the_field(field: str, value: object) -
 
 # --- figures and explorer ------------------------------------------------------------------
 def test_figures_are_built_from_results() -> None:
-    from dpsim.viz.ddp_timeline import breakdown_bars, bucket_sizes, scaling_figure, timeline
+    from dpsim.viz.ddp_timeline import breakdown_bars, bucket_sizes, scaling_figure
+    from dpsim.viz.timeline import timeline
 
     trace = simulate(_workload(), _cluster(4), DDPConfig(bucket_cap_mb=2.0))
     measured = Trace("measured", events=[Event(0, "compute", "forward", 0.0, 0.001),
                                          Event(0, "comm", "all_reduce", 0.001, 0.002, 64, "b0")])
-    fig = timeline(trace, measured)
+    fig = timeline([trace, measured], devices=[0], streams=("compute", "comm"), lanes=True,
+                   step_time=True)
     rows = {y for d in fig.data for y in d.y}
     assert rows == {"simulated · compute", "simulated · comm", "measured · compute",
                     "measured · comm"}

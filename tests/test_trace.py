@@ -26,3 +26,27 @@ def test_round_trip_and_validation() -> None:
         Trace("guessed")
     with pytest.raises(ValueError, match="end_s"):
         Event(0, "compute", "forward", 1.0, 0.5)
+
+
+def test_timeline_draws_rows_lanes_and_step_times() -> None:
+    from dpsim.viz.timeline import timeline
+
+    sim = Trace("simulated", events=[Event(0, "compute", "forward", 0.0, 1.0),
+                                     Event(1, "compute", "forward", 0.0, 1.0)])
+    meas = Trace("measured", events=[Event(0, "compute", "forward", 0.0, 1.5),
+                                     Event(0, "comm", "all_reduce", 1.0, 2.0, 64, "b0"),
+                                     Event(0, "comm", "all_reduce", 1.5, 2.5, 64, "b1"),
+                                     Event(1, "comm", "all_reduce", 1.0, 2.0, 64, "b0")])
+    plain = timeline([sim, meas], unit="s")
+    assert list(plain.layout.yaxis.categoryarray) == [  # first trace on top
+        "measured · dev 1 · comm", "measured · dev 0 · comm", "measured · dev 0 · compute",
+        "simulated · dev 1 · compute", "simulated · dev 0 · compute"]
+    assert {d.marker.pattern.shape for d in plain.data if d.y[0].startswith("sim")} == {"/"}
+    fig = timeline([sim, meas], unit="s", devices=[0], streams=("compute", "comm"), lanes=True,
+                   step_time=True)
+    assert list(fig.layout.yaxis.categoryarray) == [
+        "measured · comm", "measured · compute", "simulated · comm", "simulated · compute"]
+    comm = next(d for d in fig.data if d.name == "all_reduce")
+    assert list(comm.width) == [0.4, 0.4] and list(comm.offset) == [-0.4, 0.0]  # overlapping
+    assert "simulated: 1.00 s; measured: 2.50 s" in fig.layout.title.text
+    assert fig.layout.xaxis.title.text == "time from the start of the step (s)"

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 from typing import Any
 
 from dpsim.course.chapters import plan
-
-
-def gil_enabled() -> bool:
-    """True unless this is a free-threaded interpreter running without the GIL."""
-    check = getattr(sys, "_is_gil_enabled", None)
-    return True if check is None else bool(check())
+from dpsim.runtime.gil_measure import gil_status
 
 
 def report() -> dict[str, Any]:
@@ -40,7 +34,7 @@ def report() -> dict[str, Any]:
         "distributed": dist.is_available(),
         "gloo": bool(dist.is_available() and dist.is_gloo_available()),
         "nccl": nccl,
-        "gil_enabled": gil_enabled(),
+        "gil_enabled": gil_status()["gil_enabled"],
         "plan": plan(len(gpus), nccl),
     }
 

@@ -3,8 +3,9 @@
 `measure_all_reduce` times `dist.all_reduce` (or the hand-written ring) on real ranks;
 `fit_alpha_beta` finds the latency alpha and bandwidth B for which the ring closed form
     t(S) = 2(N-1) alpha + 2(N-1)/N S / B
-best matches those times (least squares on relative error, so 1 KiB and 64 MiB count
-alike). The fit is pure arithmetic on the measured numbers: same numbers, same Link.
+best matches those times (`dpsim.collectives.fit`: least squares on relative error, so
+1 KiB and 64 MiB count alike). The fit is pure arithmetic on the measured numbers: same
+numbers, same Link.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from dpsim.collectives.cost import collective_time_s, cost_terms
+from dpsim.collectives.fit import fit_link
 from dpsim.hardware import Link
 from dpsim.validation import require_choice, require_int
 
@@ -60,26 +60,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[int], measured_s: Sequence[float], worl
                    collective: str = "all_reduce", name: str = "calibrated link") -> Calibration:
     """Fit alpha (us) and B (GB/s) of the ring model to measured seconds per size."""
     require_int("world_size", world_size, 2)
-    if len(sizes_bytes) != len(measured_s) or len(sizes_bytes) < 2:
-        raise ValueError(f"got {len(sizes_bytes)} sizes and {len(measured_s)} times; allowed: "
-                         "the same number of each, at least 2")
-    for s in sizes_bytes:
-        require_int("nbytes", s, 0)
-    if min(measured_s) <= 0:
-        raise ValueError(f"measured_s={list(measured_s)} has a time <= 0; allowed: times > 0")
-    n_alpha, s_over_b = cost_terms(collective, world_size, "ring")
-    sizes = np.asarray(sizes_bytes, dtype=float)
-    times = np.asarray(measured_s, dtype=float)
-    # t/t = 1 = n_alpha * alpha / t + s_over_b * S / t * (1/B): linear in (alpha, 1/B)
-    design = np.stack([n_alpha / times, s_over_b * sizes / times], axis=1)
-    (alpha_s, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
-    if inv_bw <= 0:  # latency explains everything: keep a huge bandwidth
-        alpha_s, inv_bw = float(np.median(times)) / n_alpha, 1e-15
-    if alpha_s < 0:  # bandwidth explains everything: refit 1/B alone
-        alpha_s = 0.0
-        col = design[:, 1]
-        inv_bw = float(col @ np.ones_like(times) / (col @ col))
-    link = Link(name, bandwidth_GBps=1.0 / inv_bw / 1e9, latency_us=float(alpha_s) * 1e6)
+    link = fit_link(sizes_bytes, measured_s, *cost_terms(collective, world_size, "ring"), name)
     return Calibration(link, collective, world_size, tuple(int(s) for s in sizes_bytes),
                        tuple(float(t) for t in measured_s))
 

@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dpsim.collectives.cost import cost_terms
+from dpsim.collectives.fit import fit_link
 from dpsim.hardware import Cluster, Device, Link
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.ddp_train import DDPRunConfig, build_dataset, build_model
@@ -187,7 +189,8 @@ LINK_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)  # bytes, 4 
 def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 8) -> Link:
     """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
 
-    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives.cost),
+    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives.cost)
+    fitted as a plain line, absolute error (dpsim.collectives.fit, weighting="absolute"),
     with t the MEAN of `repeats` timed all-reduces per size (slowest rank): on a CPU the
     times of small all-reduces jump between two modes (a busy and a sleeping peer), and
     the mean is what a training step pays on average.
@@ -197,19 +200,9 @@ def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 8) -> Link:
     n, rank = dist.get_world_size(), dist.get_rank()
     samples = [time_all_reduce(rank, n, sizes, 1, impls=("torch",))["torch"]
                for _ in range(repeats)]
-    xs = [2 * (n - 1) / n * nbytes for nbytes in sizes]
     ys = [statistics.fmean(s[int(nbytes)] for s in samples) for nbytes in sizes]
-    slope, intercept = _fit_line(xs, ys)
-    latency_us = max(intercept / max(2 * (n - 1), 1), 0.0) * 1e6
-    bandwidth = 1 / slope / 1e9 if slope > 0 else 1e3
-    return Link(f"gloo all-reduce, {n} ranks (measured)", bandwidth, latency_us)
-
-
-def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    var = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
-    return slope, my - slope * mx
+    return fit_link(sizes, ys, *cost_terms("all_reduce", n, "ring"),
+                    f"gloo all-reduce, {n} ranks (measured)", weighting="absolute")
 
 
 def timed_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,

@@ -7,13 +7,11 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.memory import MemoryBreakdown, fsdp_shard_rows
+from dpsim.memory import MemoryBreakdown
 from dpsim.trace import Trace
-from dpsim.viz.style import CATEGORY_COLORS, color_for, finish
+from dpsim.viz.style import BYTE_UNITS, CATEGORY_COLORS, TIME_UNITS, color_for, finish
 from dpsim.viz.timeline import timeline
 
-UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "GB": 1e9}
-TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 ORDER = ("parameters", "optimizer", "gradients", "gathered", "activations", "other")
 
 
@@ -30,7 +28,7 @@ def memory_timelines(traces: Mapping[str, Trace], device: int = 0, unit: str = "
                      title: str = "Memory over the step", time_unit: str = "ms",
                      limit_bytes: int | None = None) -> go.Figure:
     """Stacked bytes per category over time, one panel per trace (same device)."""
-    scale, tscale = UNITS[unit], TIME_UNITS[time_unit]
+    scale, tscale = BYTE_UNITS[unit], TIME_UNITS[time_unit]
     names = list(traces)
     fig = make_subplots(rows=len(names), cols=1, subplot_titles=names, vertical_spacing=0.12)
     for row, name in enumerate(names, start=1):
@@ -54,7 +52,7 @@ def zero_bars(columns: Mapping[str, Mapping[str, int]], limit_bytes: int | None 
               unit: str = "GB", title: str = "Memory per device under each ZeRO stage"
               ) -> go.Figure:
     """Stacked bars of bytes per category per column; columns over the limit are marked."""
-    scale = UNITS[unit]
+    scale = BYTE_UNITS[unit]
     names = list(columns)
     cats = [c for c in ORDER if any(columns[n].get(c, 0) for n in names)]
     fig = go.Figure()
@@ -92,16 +90,16 @@ def device_grid(fits: Mapping[str, bool], n_devices: int, max_shown: int = 64,
                   height=120 + 40 * len(names))
 
 
-def shard_layout(dim0: int, world_size: int, row_bytes: int = 4,
-                 title: str | None = None) -> go.Figure:
-    """How dim 0 of one parameter is cut: real rows and padding per rank."""
-    chunk = -(-dim0 // world_size)
+def shard_layout(real: Sequence[int], row_bytes: int = 4, title: str | None = None
+                 ) -> go.Figure:
+    """How dim 0 is cut: real rows per rank (memory.fsdp_shard_rows), padding to rank 0's."""
+    rows = list(real)
+    dim0, world_size, chunk = sum(rows), len(rows), max(rows, default=0)
     ranks = [f"rank {r}" for r in range(world_size)]
-    real = [fsdp_shard_rows(dim0, world_size, r) for r in range(world_size)]
     fig = go.Figure()
-    fig.add_bar(y=ranks, x=real, orientation="h", name="rows of the parameter",
+    fig.add_bar(y=ranks, x=rows, orientation="h", name="rows of the parameter",
                 marker_color=CATEGORY_COLORS["parameters"])
-    fig.add_bar(y=ranks, x=[chunk - k for k in real], orientation="h", name="padding",
+    fig.add_bar(y=ranks, x=[chunk - k for k in rows], orientation="h", name="padding",
                 marker_color="#DDDDDD", marker_line_color="#999999", marker_line_width=1)
     fig.update_layout(barmode="stack", height=120 + 40 * world_size)
     fig.update_yaxes(autorange="reversed")
@@ -134,7 +132,7 @@ def shard_bytes(measured: Sequence[MemoryBreakdown], predicted: Sequence[MemoryB
 def traffic_bars(volumes: Mapping[str, float], model_bytes: int, unit: str = "GB",
                  title: str = "Communication per step") -> go.Figure:
     """Bars of communication volume per step, labelled in multiples of the model size."""
-    scale = UNITS[unit]
+    scale = BYTE_UNITS[unit]
     names = list(volumes)
     fig = go.Figure(go.Bar(
         x=names, y=[volumes[n] / scale for n in names], marker_color="#72B7B2",

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from dpsim.trace import Trace
-from dpsim.viz.style import finish
+from dpsim.viz.style import TIME_UNITS, finish
 
 THREAD_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#72B7B2",
                  "#EECA3B", "#9D755D")
@@ -25,7 +25,7 @@ def gil_timeline(trace: Trace, title: str = "Who holds the GIL", unit: str = "ms
     Works for measured traces (runtime.gil_measure.python_timeline) and simulated ones
     (gil.schedule / gil.simulate); the switch interval is marked when the trace has it.
     """
-    scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
+    scale = TIME_UNITS[unit]
     events = [e for e in trace.events if e.kind in KIND_STYLE][:max_events]
     if not events:
         raise ValueError("the trace has no GIL events (python, native, gil_wait)")

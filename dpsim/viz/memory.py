@@ -7,15 +7,13 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from dpsim.memory import CATEGORIES, MemoryBreakdown
-from dpsim.viz.style import color_for, finish
-
-MiB = 1024**2
+from dpsim.viz.style import BYTE_UNITS, color_for, finish
 
 
 def breakdown_bars(columns: Mapping[str, MemoryBreakdown], title: str = "Memory per category",
                    unit: str = "MiB") -> go.Figure:
     """Stacked bars, one per column (e.g. {"predicted": ..., "measured": ...})."""
-    scale = {"B": 1, "KiB": 1024, "MiB": MiB, "GiB": 1024**3}[unit]
+    scale = BYTE_UNITS[unit]
     fig = go.Figure()
     names = list(columns)
     for cat in CATEGORIES:
@@ -43,7 +41,7 @@ def memory_vs_batch(batch_sizes: Sequence[int], predicted: Sequence[MemoryBreakd
                     limit_bytes: int | None = None, title: str = "Memory vs batch size",
                     unit: str = "MiB") -> go.Figure:
     """Stacked areas of predicted bytes per category; measured totals as markers."""
-    scale = {"MiB": MiB, "GiB": 1024**3}[unit]
+    scale = BYTE_UNITS[unit]
     fig = go.Figure()
     for cat in CATEGORIES:
         fig.add_scatter(x=list(batch_sizes), y=[getattr(p, cat) / scale for p in predicted],

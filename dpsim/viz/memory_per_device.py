@@ -14,11 +14,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dpsim.trace import Trace
-from dpsim.viz.style import color_for, finish
+from dpsim.viz.style import BYTE_UNITS, color_for, finish
 
 ORDER = ("parameters", "gradients", "optimizer", "input", "activations", "outputs",
          "gathered", "loss", "allocated")
-UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 
 
 def category_color(category: str) -> str:
@@ -50,7 +49,7 @@ def memory_per_device(trace: Trace, devices: Sequence[int] | None = None, unit: 
                       title: str = "Memory per device through the step",
                       max_columns: int = 4) -> go.Figure:
     """One panel per device: stacked bytes per category over time (ms), shared axes."""
-    scale = UNITS[unit]
+    scale = BYTE_UNITS[unit]
     devs = list(devices) if devices is not None else trace.devices
     if not devs:
         raise ValueError("the trace has no memory samples; give a trace with memory")
@@ -86,7 +85,7 @@ def peak_per_device(trace: Trace, devices: Sequence[int] | None = None, unit: st
                     title: str = "Peak memory per device", limit_bytes: int | None = None
                     ) -> go.Figure:
     """Stacked bars: each device's bytes per category at the moment of its own peak."""
-    scale = UNITS[unit]
+    scale = BYTE_UNITS[unit]
     devs = list(devices) if devices is not None else trace.devices
     peaks = {d: trace.memory_at_peak(d) for d in devs}
     names = [f"device {d}" for d in devs]

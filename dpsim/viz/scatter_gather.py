@@ -16,8 +16,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dpsim.trace import Trace
-from dpsim.viz.memory_per_device import UNITS, bytes_at, categories, category_color
-from dpsim.viz.style import finish, human_bytes
+from dpsim.viz.memory_per_device import bytes_at, categories, category_color
+from dpsim.viz.style import BYTE_UNITS, finish, human_bytes
 
 PHASE_ORDER = ("scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",
                "optimizer")
@@ -127,7 +127,7 @@ def scatter_gather(trace: Trace, unit: str = "MiB",
                          "give a trace from strategies.dp.simulate or runtime.dp_cpu")
     devices = trace.devices
     cats = categories(trace)
-    scale = UNITS[unit]
+    scale = BYTE_UNITS[unit]
     fig = make_subplots(rows=2, cols=1, row_heights=[0.55, 0.45], vertical_spacing=0.1)
 
     pos = _positions(devices)

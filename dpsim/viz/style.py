@@ -1,4 +1,4 @@
-"""Shared colours and layout so every chapter's figures read the same way."""
+"""Shared colours, layout and units so every chapter's figures read the same way."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ KIND_COLORS: dict[str, str] = {
 }
 
 SOURCE_DASH = {"simulated": "dash", "measured": "solid"}
+
+# axis units: bytes in one unit, and units in one second
+BYTE_UNITS: dict[str, float] = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "GB": 1e9}
+TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6}
 
 
 def color_for(name: str) -> str:

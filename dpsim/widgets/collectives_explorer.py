@@ -18,6 +18,7 @@ from dpsim.collectives.cost import (
     collective_time_s,
     cost_terms,
 )
+from dpsim.collectives.series import model_series
 from dpsim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
 from dpsim.validation import require_choice, require_int, require_range
 from dpsim.viz.style import human_bytes
@@ -85,7 +86,9 @@ def explore(collective: str, algorithm: str, world_size: int, nbytes: int, laten
     """[one line of numbers, the cost curves figure] for the dashboard."""
     result = estimate(collective, nbytes, world_size, latency_us, bandwidth_GBps, algorithm)
     link = Link(f"{bandwidth_GBps:.3g} GB/s, {latency_us:.3g} us", bandwidth_GBps, latency_us)
-    fig = cost_curves_figure(collective, world_size, link, SIZES_BYTES, nbytes, algorithm)
+    curves = model_series(collective, world_size, link, SIZES_BYTES)
+    fig = cost_curves_figure(curves, collective, world_size, link,
+                             (nbytes, result.time_s, result.busbw_GBps), algorithm)
     return [result.describe(collective, nbytes, world_size, algorithm), fig]
 
 

@@ -18,7 +18,8 @@ from dpsim.hardware import (
     Link,
 )
 from dpsim.strategies.ddp import DDPConfig, buckets_of, scaling, simulate, step_result
-from dpsim.viz.ddp_timeline import scaling_figure, timeline
+from dpsim.viz.ddp_timeline import scaling_figure
+from dpsim.viz.timeline import timeline
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, get_workload
 
@@ -52,7 +53,8 @@ def explore(model: str, device: str, interconnect: str, world_size: int,
             f"{'s' if n_buckets != 1 else ''}, {b.overlap_fraction:.0%} hidden; "
             f"scaling efficiency {b.scaling_efficiency:.0%}")
     title = f"{workload.name} on {cluster.name}"
-    return [timeline(trace, title=title),
+    return [timeline(trace, title, devices=[0], streams=("compute", "comm"), lanes=True,
+                     step_time=True),
             scaling_figure(points, title=f"Scaling over {interconnect} (simulated)"), text]
 
 

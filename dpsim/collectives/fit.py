@@ -1,0 +1,70 @@
+"""Fit the alpha-beta model t(S) = k alpha + f S / B to timed collectives (numpy only).
+
+(k, f) are a closed form's cost terms (`cost.cost_terms`: 2(N-1) and 2(N-1)/N for a ring
+all-reduce). Two ways to weigh the timings:
+
+* "relative": least squares on relative error, linear in (alpha, 1/B), so 1 KiB and
+  64 MiB count alike (`runtime.calibrate_links.fit_alpha_beta`). When one term explains
+  everything: a huge bandwidth (1/B = 1e-15 s per byte) or alpha = 0 and 1/B refitted.
+* "absolute": an ordinary least-squares line t = a + b x through x = f S, so the large
+  sizes dominate (`runtime.ddp_recorder.measure_link`); alpha = max(a / k, 0), B = 1 / b,
+  1000 GB/s when the slope is not positive.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+
+from dpsim.hardware import Link
+from dpsim.validation import require_choice, require_int
+
+WEIGHTINGS = ("relative", "absolute")
+
+
+def fit_link(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
+             s_over_b: float, name: str, weighting: str = "relative") -> Link:
+    """The Link (alpha in us, B in GB/s) whose k alpha + f S / B best fits seconds per size."""
+    require_choice("weighting", weighting, WEIGHTINGS)
+    if len(sizes_bytes) != len(times_s) or len(sizes_bytes) < 2:
+        raise ValueError(f"got {len(sizes_bytes)} sizes and {len(times_s)} times; allowed: "
+                         "the same number of each, at least 2")
+    for s in sizes_bytes:
+        require_int("nbytes", s, 0)
+    if min(times_s) <= 0:
+        raise ValueError(f"measured_s={list(times_s)} has a time <= 0; allowed: times > 0")
+    if weighting == "absolute":
+        return _fit_absolute(sizes_bytes, times_s, n_alpha, s_over_b, name)
+    return _fit_relative(sizes_bytes, times_s, n_alpha, s_over_b, name)
+
+
+def _fit_relative(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
+                  s_over_b: float, name: str) -> Link:
+    """Least squares on relative error: 1 = k alpha / t + f S / t * (1/B) for every size."""
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    times = np.asarray(times_s, dtype=float)
+    design = np.stack([n_alpha / times, s_over_b * sizes / times], axis=1)
+    (alpha_s, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
+    if inv_bw <= 0:  # latency explains everything: keep a huge bandwidth
+        alpha_s, inv_bw = float(np.median(times)) / n_alpha, 1e-15
+    if alpha_s < 0:  # bandwidth explains everything: refit 1/B alone
+        alpha_s = 0.0
+        col = design[:, 1]
+        inv_bw = float(col @ np.ones_like(times) / (col @ col))
+    return Link(name, bandwidth_GBps=1.0 / inv_bw / 1e9, latency_us=float(alpha_s) * 1e6)
+
+
+def _fit_absolute(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
+                  s_over_b: float, name: str) -> Link:
+    """Ordinary least-squares line through (f S, t): intercept k alpha, slope 1/B."""
+    xs = [s_over_b * nbytes for nbytes in sizes_bytes]
+    ys = list(times_s)
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    intercept = my - slope * mx
+    latency_us = max(intercept / max(n_alpha, 1), 0.0) * 1e6
+    bandwidth = 1 / slope / 1e9 if slope > 0 else 1e3
+    return Link(name, bandwidth, latency_us)

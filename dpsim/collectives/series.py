@@ -1,0 +1,84 @@
+"""A collective's cost as series for figures: bytes per rank, time and bandwidth per size.
+
+`rank_traffic` (bytes each rank sends and receives, per algorithm), `bandwidth_series`
+(algbw and busbw of measured times) and `model_series` (alpha-beta time and busbw per
+size, per algorithm) compute what `dpsim.viz.traffic` draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dpsim.collectives.cost import (
+    ALGORITHMS,
+    algbw_GBps,
+    busbw_GBps,
+    bytes_received_per_rank,
+    bytes_sent_per_rank,
+    collective_time_s,
+    ring_bytes_per_rank_formula,
+)
+from dpsim.hardware import Link
+from dpsim.validation import require_choice
+
+
+@dataclass(frozen=True)
+class RankTraffic:
+    """Bytes each rank sends and receives in one collective, per algorithm (index = rank)."""
+
+    collective: str
+    nbytes: int  # S, the full tensor
+    world_size: int
+    sent: dict[str, list[int]]  # algorithm -> bytes per rank
+    received: dict[str, list[int]]
+    ring_formula_bytes: float  # 2(N-1)/N S: a rank's bytes in a ring all-reduce
+
+
+@dataclass(frozen=True)
+class SizeSeries:
+    """Seconds, algbw and busbw (GB/s) per message size (bytes) for one implementation."""
+
+    sizes_bytes: list[int]
+    time_s: list[float]
+    algbw_GBps: list[float]
+    busbw_GBps: list[float]
+
+
+def rank_traffic(collective: str, nbytes: int, world_size: int,
+                 algorithms: Sequence[str] = ("naive", "tree", "ring")) -> RankTraffic:
+    """Bytes sent and received by every rank under each algorithm (simulated)."""
+    for algorithm in algorithms:
+        require_choice("algorithm", algorithm, ALGORITHMS)
+    return RankTraffic(
+        collective, nbytes, world_size,
+        {a: bytes_sent_per_rank(collective, nbytes, world_size, a) for a in algorithms},
+        {a: bytes_received_per_rank(collective, nbytes, world_size, a) for a in algorithms},
+        ring_bytes_per_rank_formula(nbytes, world_size))
+
+
+def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: int,
+                     collective: str = "all_reduce") -> dict[str, SizeSeries]:
+    """algbw and busbw (nccl-tests definitions) of measured seconds per size, per impl."""
+    out = {}
+    for impl, per_size in measured.items():
+        sizes = sorted(per_size)
+        out[impl] = SizeSeries(sizes, [per_size[s] for s in sizes],
+                               [algbw_GBps(s, per_size[s]) for s in sizes],
+                               [busbw_GBps(collective, s, world_size, per_size[s])
+                                for s in sizes])
+    return out
+
+
+def model_series(collective: str, world_size: int, link: Link, sizes_bytes: Sequence[int],
+                 algorithms: Sequence[str] = ALGORITHMS) -> dict[str, SizeSeries]:
+    """Alpha-beta seconds, algbw and busbw per size for each algorithm (0 GB/s at 0 s)."""
+    out = {}
+    for algorithm in algorithms:
+        times = [collective_time_s(collective, s, world_size, link, algorithm)
+                 for s in sizes_bytes]
+        pairs = list(zip(sizes_bytes, times, strict=True))
+        out[algorithm] = SizeSeries(
+            list(sizes_bytes), times, [algbw_GBps(s, t) if t > 0 else 0.0 for s, t in pairs],
+            [busbw_GBps(collective, s, world_size, t) if t > 0 else 0.0 for s, t in pairs])
+    return out
