@@ -62,9 +62,11 @@ def test_each_collective_before_and_after(four_ranks: list[dict]) -> None:
     total = [sum(o[0] for o in own), sum(o[1] for o in own)]
     assert [s["broadcast"]["after"] for s in shown] == [own[0]] * 4
     assert [s["all_reduce"]["after"] for s in shown] == [total] * 4
-    assert shown[0]["reduce"]["after"] == total and shown[1]["reduce"]["after"] is None
+    assert shown[0]["reduce"]["after"] == total
+    assert shown[1]["reduce"]["after"] is None
     assert [s["all_gather"]["after"] for s in shown] == [own] * 4
-    assert shown[0]["gather"]["after"] == own and shown[2]["gather"]["after"] is None
+    assert shown[0]["gather"]["after"] == own
+    assert shown[2]["gather"]["after"] is None
     pieces = shown[0]["scatter"]["before"]
     assert [s["scatter"]["after"] for s in shown] == pieces
     assert shown[1]["scatter"]["before"] is None
@@ -112,7 +114,8 @@ def test_fit_with_noise_and_degenerate_data() -> None:
     flat = fit_alpha_beta([1024, 2048, 4096], [1e-3, 1e-3, 1e-3], 2)  # latency only
     assert flat.link.latency_us == pytest.approx(1000.0 / 2, rel=0.05)
     linear = fit_alpha_beta([2**20, 2**22], [1e-3, 4e-3], 2)  # bandwidth only
-    assert linear.link.latency_us >= 0 and linear.median_error < 0.05
+    assert linear.link.latency_us >= 0
+    assert linear.median_error < 0.05
 
 
 def test_fit_bad_input() -> None:
@@ -129,9 +132,11 @@ def test_calibrate_times_real_ranks_and_fits() -> None:
     from dpsim.runtime.calibrate_links import calibrate
 
     cal = calibrate(world_size=2, sizes_bytes=(4096, 1 << 20), repeats=1, backend="gloo")
-    assert cal.world_size == 2 and cal.sizes_bytes == (4096, 1 << 20)
+    assert cal.world_size == 2
+    assert cal.sizes_bytes == (4096, 1 << 20)
     assert all(t > 0 for t in cal.measured_s)
-    assert cal.link.bandwidth_GBps > 0 and cal.link.latency_us >= 0
+    assert cal.link.bandwidth_GBps > 0
+    assert cal.link.latency_us >= 0
     assert "this machine" in cal.link.name
     with pytest.raises(ValueError, match="impl"):
         calibrate(impl="nccl-magic")

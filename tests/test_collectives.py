@@ -151,7 +151,8 @@ def test_ring_scatter_and_gather_move_each_chunk_once_per_hop() -> None:
 
 def test_large_world_size_is_fast_enough() -> None:
     sent = bytes_sent_per_rank("all_reduce", 2**30, 1024)
-    assert len(sent) == 1024 and sum(sent) == 2 * 1023 * 2**30
+    assert len(sent) == 1024
+    assert sum(sent) == 2 * 1023 * 2**30
 
 
 # --- bandwidth ----------------------------------------------------------------------------
@@ -177,7 +178,8 @@ def test_ring_busbw_approaches_link_bandwidth_for_large_messages(collective: str
 
 def test_more_ranks_cost_more_latency() -> None:
     small = [collective_time_s("all_reduce", 1024, n, INFINIBAND_NDR) for n in (2, 8, 64, 1024)]
-    assert small == sorted(small) and small[-1] > 100 * small[0]
+    assert small == sorted(small)
+    assert small[-1] > 100 * small[0]
 
 
 # --- the step-by-step ring ----------------------------------------------------------------
@@ -215,10 +217,12 @@ def test_ring_float_sum_is_close_and_partial_sums_grow() -> None:
     steps = ring_all_reduce_steps(arrays)
     np.testing.assert_allclose(steps[-1].buffers[2], np.sum(arrays, axis=0), rtol=1e-12)
     after_rs = steps[3]
-    assert after_rs.phase == "reduce_scatter" and after_rs.step == 3
+    assert after_rs.phase == "reduce_scatter"
+    assert after_rs.step == 3
     for rank in range(4):  # after reduce-scatter rank r owns the full sum of chunk r
         assert after_rs.contributors[rank][rank] == (0, 1, 2, 3)
-    assert steps[4].phase == "all_gather" and "step 1/3" in steps[4].label
+    assert steps[4].phase == "all_gather"
+    assert "step 1/3" in steps[4].label
 
 
 def test_ring_reduce_scatter_gives_rank_r_chunk_r() -> None:
@@ -308,7 +312,8 @@ def test_traffic_figure_shows_the_naive_hotspot() -> None:
 
     fig = traffic_figure(rank_traffic("all_reduce", 8 * 2**20, 8))
     naive_sent = next(t for t in fig.data if t.name == "bytes sent" and t.xaxis == "x")
-    assert naive_sent.y[0] == 7 * 8 * 2**20 and max(naive_sent.y[1:]) == 8 * 2**20
+    assert naive_sent.y[0] == 7 * 8 * 2**20
+    assert max(naive_sent.y[1:]) == 8 * 2**20
     with pytest.raises(ValueError, match="algorithm"):
         rank_traffic("all_reduce", 1024, 4, algorithms=("ring", "hypercube"))
 
@@ -319,10 +324,10 @@ def test_bandwidth_and_prediction_figures() -> None:
 
     measured = {"hand": {1024: 1e-3, 2**20: 2e-3}, "torch": {1024: 5e-4, 2**20: 1e-3}}
     fig = bandwidth_figure(bandwidth_series(measured, 4), 4)
-    busbw_torch = [t for t in fig.data if t.xaxis == "x2" and t.legendgroup == "torch"][0]
+    busbw_torch = next(t for t in fig.data if t.xaxis == "x2" and t.legendgroup == "torch")
     assert busbw_torch.y[1] == pytest.approx(2**20 / 1e-3 / 1e9 * 1.5)
     fig = prediction_figure([1024, 2048], [1e-3, 2e-3], [1.1e-3, 1.9e-3])
-    assert [t.name for t in fig.data][0] == "measured"
+    assert next(t.name for t in fig.data) == "measured"
 
 
 def test_explorer_numbers_match_the_closed_form() -> None:
@@ -334,9 +339,12 @@ def test_explorer_numbers_match_the_closed_form() -> None:
     assert est.time_s == pytest.approx(t)
     assert est.busbw_GBps == pytest.approx(2**30 / t / 1e9 * 2 * 127 / 128)
     assert 0 < est.latency_share < 0.05
-    assert PRESETS["NVLink node"].world_size == 8 and PRESETS["PCIe box"].world_size == 4
+    assert PRESETS["NVLink node"].world_size == 8
+    assert PRESETS["PCIe box"].world_size == 4
     text, fig = explore("all_gather", "tree", 1024, 1024, 6.0, 50.0)
-    assert "simulated" in text and "1024 ranks" in text and len(fig.data) == 8
+    assert "simulated" in text
+    assert "1024 ranks" in text
+    assert len(fig.data) == 8
     with pytest.raises(ValueError, match="bandwidth_GBps"):
         estimate("all_reduce", 1024, 4, 1.0, 0.0)
     box = collectives_explorer("PCIe box")
@@ -361,7 +369,8 @@ def test_fit_link_recovers_alpha_and_beta_under_both_weightings() -> None:
         assert link.latency_us == pytest.approx(30.0, rel=1e-6)
         assert link.bandwidth_GBps == pytest.approx(2.0, rel=1e-6)
     flat = fit_link([1024, 2048], [1e-3, 1e-3], k, f, "flat", "absolute")  # no slope
-    assert flat.bandwidth_GBps == 1e3 and flat.latency_us == pytest.approx(1e3 / k)
+    assert flat.bandwidth_GBps == 1e3
+    assert flat.latency_us == pytest.approx(1e3 / k)
     with pytest.raises(ValueError, match="weighting"):
         fit_link(sizes, times, k, f, "fit", "median")
     with pytest.raises(ValueError, match="times > 0"):

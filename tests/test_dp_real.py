@@ -33,7 +33,8 @@ def test_run_step_on_cpu_reenacts(batch: tuple[torch.Tensor, torch.Tensor]) -> N
         pytest.skip("with two GPUs run_step uses the real nn.DataParallel")
     x, y = batch
     result = run_step(mlp(32, 8, 1, 10), x, y, 2, warmup=1)
-    assert "re-enacted" in result.how and result.chunk_sizes == [5, 5]
+    assert "re-enacted" in result.how
+    assert result.chunk_sizes == [5, 5]
 
 
 # --- the real nn.DataParallel (needs CUDA) ----------------------------------------------------
@@ -61,5 +62,6 @@ def test_real_dataparallel_equals_one_device(batch: tuple[torch.Tensor, torch.Te
     grads = single_device_step(ref, x.cuda(), y.cuda())
     for name, g in grads.items():
         torch.testing.assert_close(result.gradients[name].cuda(), g, rtol=1e-5, atol=1e-5)
-    assert result.trace.source == "measured" and "nn.DataParallel" in result.how
+    assert result.trace.source == "measured"
+    assert "nn.DataParallel" in result.how
     assert len(result.trace.meta["peak_allocated"]) == n

@@ -57,7 +57,8 @@ def test_gradients_accumulate_like_dataparallel(batch: tuple[torch.Tensor, torch
     reenact_step(model, x, y, 3)  # no zero_grad: .grad doubles
     single_device_step(ref, x, y)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-        assert p.grad is not None and q.grad is not None
+        assert p.grad is not None
+        assert q.grad is not None
         torch.testing.assert_close(p.grad, 2 * q.grad, rtol=0, atol=1e-6)
 
 
@@ -115,7 +116,8 @@ def test_replicate_module_shares_nothing_but_structure() -> None:
     module = mlp(4, 3, 1, 2)
     copies = [p.detach().clone().requires_grad_() for p in module.parameters()]
     replica = replicate_module(module, copies)
-    assert replica is not module and type(replica) is type(module)
+    assert replica is not module
+    assert type(replica) is type(module)
     assert list(replica.parameters()) == []  # replicas hold plain tensors, like torch's
     x = torch.randn(3, 4)
     torch.testing.assert_close(replica(x), module(x))

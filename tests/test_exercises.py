@@ -40,7 +40,8 @@ def test_build_is_idempotent(repo: Path) -> None:
     shutil.rmtree(repo / "exercises")
     first = exercises.build(repo)
     texts = {p.name: p.read_bytes() for p in (repo / "exercises").glob("*.ipynb")}
-    assert len(first) == len(SOLUTIONS) and len(texts) == len(SOLUTIONS)
+    assert len(first) == len(SOLUTIONS)
+    assert len(texts) == len(SOLUTIONS)
     assert exercises.build(repo) == []
     assert texts == {p.name: p.read_bytes() for p in (repo / "exercises").glob("*.ipynb")}
     assert texts == {p.name: (ROOT / "exercises" / p.name).read_bytes() for p in SOLUTIONS}
@@ -88,7 +89,9 @@ def test_stub_keeps_indentation_and_markdown_answers_are_removed(tmp_path: Path)
         'here")\n\n\nclass A:\n    def g(self):\n        raise NotImplementedError("Exercise '
         '7.2: write your code here")')
     graded = nb.cells[2]
-    assert graded.outputs == [] and graded.execution_count is None and graded.metadata == {}
+    assert graded.outputs == []
+    assert graded.execution_count is None
+    assert graded.metadata == {}
     assert set(nb.metadata) == {"kernelspec", "language_info"}
 
 
@@ -108,7 +111,8 @@ def test_bad_markers_give_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFi
            new_code_cell(source), new_code_cell('check("8.1", f)'))
     assert exercises.main("build", str(tmp_path)) == 1
     out = capsys.readouterr().out
-    assert "solutions/08_bad.ipynb" in out and error in out
+    assert "solutions/08_bad.ipynb" in out
+    assert error in out
     if "no '### BEGIN SOLUTION' ..." not in error:
         assert "cell 1 (code)" in out
 
@@ -146,4 +150,5 @@ def test_generated_exercise_notebook_fails_only_in_graded_cells() -> None:
         else:
             assert errs == [], (index, errs)
         errors += len(errs)
-    assert graded == 3 and errors == graded
+    assert graded == 3
+    assert errors == graded

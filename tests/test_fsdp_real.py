@@ -45,7 +45,8 @@ def test_measured_shard_bytes_equal_prediction(runs: dict[str, FSDPRun], model: 
 def test_fsdp_trains_the_same_model_as_one_process(runs: dict[str, FSDPRun], model: str
                                                    ) -> None:
     run = runs[model]
-    assert run.single_params is not None and run.single_losses is not None
+    assert run.single_params is not None
+    assert run.single_losses is not None
     assert set(run.params) == set(run.single_params)
     assert run.max_abs_diff <= TOLERANCE
     assert run.losses == pytest.approx(run.single_losses, abs=1e-5)
@@ -58,13 +59,15 @@ def test_fsdp_trains_the_same_model_as_one_process(runs: dict[str, FSDPRun], mod
 @pytest.mark.slow
 def test_measured_timeline_has_fsdp_collectives(runs: dict[str, FSDPRun]) -> None:
     trace = runs["residual"].trace
-    assert trace is not None and trace.source == "measured"
+    assert trace is not None
+    assert trace.source == "measured"
     assert trace.devices == list(range(runs["residual"].world_size))
     for rank in trace.devices:
         kinds = {e.kind for e in trace.filter(device=rank)}
         assert {"all_gather", "reduce_scatter", "forward", "backward", "optimizer"} <= kinds
         gathers = [e.label for e in trace.filter(device=rank, kind="all_gather")]
-        assert "blocks.0" in gathers and "root" in gathers
+        assert "blocks.0" in gathers
+        assert "root" in gathers
 
 
 def test_prediction_for_an_uneven_layer() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import plotly.graph_objects as go
@@ -76,7 +77,7 @@ def test_fine_grained_work_reaches_the_bound() -> None:
 def test_one_holder_at_a_time_and_segments_finish_in_order() -> None:
     trace = simulate(GILConfig(4, 0.02, 0.6, 20)).trace
     held = sorted((e.start_s, e.end_s) for e in trace.events if e.kind == "python")
-    for (_, a1), (b0, _) in zip(held, held[1:], strict=False):
+    for (_, a1), (b0, _) in itertools.pairwise(held):
         assert b0 >= a1 - 1e-12
     for ends in trace.meta["segment_end_s"]:
         assert ends == sorted(ends)
@@ -86,7 +87,8 @@ def test_pure_python_threads_take_turns_of_one_switch_interval() -> None:
     for interval in (0.005, 0.001):
         trace = simulate(GILConfig(2, 0.05, 1.0, 10, switch_interval_s=interval)).trace
         turns = [e.duration_s for e in trace.filter(kind="python")][:-2]
-        assert turns and all(t == pytest.approx(interval, rel=1e-9) for t in turns)
+        assert turns
+        assert all(t == pytest.approx(interval, rel=1e-9) for t in turns)
         assert trace.filter(kind="gil_wait")
 
 
@@ -102,7 +104,8 @@ def test_deterministic_and_segments() -> None:
     cfg = GILConfig(3, 0.02, 0.3, 7)
     assert simulate(cfg).trace.to_dict() == simulate(cfg).trace.to_dict()
     segs = thread_segments(cfg)
-    assert len(segs) == 14 and sum(s for _, s in segs) == pytest.approx(0.02)
+    assert len(segs) == 14
+    assert sum(s for _, s in segs) == pytest.approx(0.02)
     rows = speedup_curve(0.5, [1, 2, 4])
     assert [r["n_threads"] for r in rows] == [1, 2, 4]
     assert rows[-1]["predicted_speedup"] == 2.0
@@ -159,7 +162,8 @@ def test_status_reports_the_interpreter() -> None:
     assert status["switch_interval_s"] == sys.getswitchinterval()
     assert status["gil_enabled"] in (True, False)
     if not hasattr(sys, "_is_gil_enabled"):
-        assert status["gil_enabled"] is True and status["free_threaded_build"] is False
+        assert status["gil_enabled"] is True
+        assert status["free_threaded_build"] is False
 
 
 @pytest.mark.skipif(not GIL_ON, reason="a free-threaded interpreter runs threads in parallel")
@@ -167,16 +171,19 @@ def test_pure_python_threads_do_not_scale() -> None:
     res = gil_measure.measure_scaling("python", (1, 2), "threads", work_s=0.03, trials=2)
     assert res.speedups[0] == 1.0
     assert res.speedups[1] < 1.6  # the GIL lets one thread run Python at a time
-    assert set(res.traces) == {1, 2} and len(res.traces[2].filter(kind="work")) == 2
+    assert set(res.traces) == {1, 2}
+    assert len(res.traces[2].filter(kind="work")) == 2
 
 
 @pytest.mark.slow
 def test_processes_and_torch_workloads_run() -> None:
     res = gil_measure.measure_scaling("python", (1, 2), "processes", work_s=0.02, trials=1)
-    assert len(res.times_s) == 2 and all(t > 0 for t in res.times_s)
+    assert len(res.times_s) == 2
+    assert all(t > 0 for t in res.times_s)
     for name in ("matmul", "rnn"):
         r = gil_measure.measure_scaling(name, (1, 2), "threads", work_s=0.02, trials=1)
-        assert r.repeats >= 1 and all(t > 0 for t in r.times_s)
+        assert r.repeats >= 1
+        assert all(t > 0 for t in r.times_s)
         assert r.rows()[0]["speedup"] == 1.0
 
 
@@ -188,7 +195,7 @@ def test_measured_timeline_shows_turns() -> None:
     assert trace.meta["switch_interval_s"] == 0.002
     assert sys.getswitchinterval() == pytest.approx(0.005)  # restored
     held = sorted((e.start_s, e.end_s) for e in trace.filter(kind="python"))
-    overlap = sum(max(0.0, a1 - b0) for (_, a1), (b0, _) in zip(held, held[1:], strict=False))
+    overlap = sum(max(0.0, a1 - b0) for (_, a1), (b0, _) in itertools.pairwise(held))
     assert overlap < 0.1 * trace.end_s  # turns barely overlap (stamps are taken in Python)
 
 

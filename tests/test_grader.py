@@ -87,7 +87,8 @@ def test_solutions_get_full_marks(graded: tuple[dict[str, dict[str, str]], str])
 def test_stubs_and_cheats_get_nothing(graded: tuple[dict[str, dict[str, str]], str],
                                       name: str) -> None:
     rows, _ = graded
-    assert rows[name]["total"] == "0" and rows[name]["max"] == "5"
+    assert rows[name]["total"] == "0"
+    assert rows[name]["max"] == "5"
     assert [rows[name][i] for i in ("1.1", "1.2", "1.3")] == ["0", "0", "0"]
 
 
@@ -115,7 +116,8 @@ def test_exercises_of_a_notebook() -> None:
     nb = new_notebook(cells=[new_code_cell('check("1.3", f)\ncheck("42.1", g)')])
     assert [e.exercise_id for e in grader.notebook_exercises(Path("x.ipynb"), nb)] == ["1.3"]
     ids = [e.exercise_id for e in grader.notebook_exercises(Path("01_x.ipynb"), nb)]
-    assert ids[:3] == ["1.1", "1.2", "1.3"] and all(i.startswith("1.") for i in ids)
+    assert ids[:3] == ["1.1", "1.2", "1.3"]
+    assert all(i.startswith("1.") for i in ids)
     assert grader.notebook_exercises(Path("notes.ipynb"), new_notebook()) == []
 
 

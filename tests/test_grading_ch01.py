@@ -191,7 +191,8 @@ WRONG_BATCH: dict[str, tuple[Callable[..., Any], str]] = {
 def test_wrong_answer_is_caught_with_its_hint(exercise_id: str, fn: Callable[..., Any],
                                               hint: str) -> None:
     result = run_check(exercise_id, fn)
-    assert not result.ok and result.message
+    assert not result.ok
+    assert result.message
     assert hint in result.message, result.message
     assert answer_hidden(result), result.message
 
@@ -208,4 +209,5 @@ def test_every_case_of_1_3_matters() -> None:
     labels = [c.label for c in get_exercise("1.3").cases()]
     assert any("bytes_per_param=" in label for label in labels)
     expected = [c.expected for c in get_exercise("1.3").cases()]
-    assert expected[-1] == 0 and all(e > 0 for e in expected[:-1])
+    assert expected[-1] == 0
+    assert all(e > 0 for e in expected[:-1])

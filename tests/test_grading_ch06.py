@@ -63,7 +63,7 @@ RIGHT: list[tuple[str, Callable[..., Any]]] = [
 ]
 
 
-@pytest.mark.parametrize("exercise_id, fn", RIGHT)
+@pytest.mark.parametrize(("exercise_id", "fn"), RIGHT)
 def test_right_answers_pass(exercise_id: str, fn: Callable[..., Any],
                             capsys: pytest.CaptureFixture[str]) -> None:
     check(exercise_id, fn)
@@ -137,11 +137,12 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize("exercise_id, fn, hint", WRONG)
+@pytest.mark.parametrize(("exercise_id", "fn", "hint"), WRONG)
 def test_wrong_answers_are_caught(exercise_id: str, fn: Callable[..., Any], hint: str) -> None:
     result = run_check(exercise_id, fn)
     assert not result.ok
-    assert result.message is not None and hint in result.message
+    assert result.message is not None
+    assert hint in result.message
     assert answer_hidden(result)
     with pytest.raises(ExerciseFailed):
         check(exercise_id, fn)
@@ -150,7 +151,8 @@ def test_wrong_answers_are_caught(exercise_id: str, fn: Callable[..., Any], hint
 @pytest.mark.parametrize("exercise_id", ["6.1", "6.2", "6.3", "6.4"])
 def test_stub_says_not_done(exercise_id: str) -> None:
     result = run_check(exercise_id, stub)
-    assert result.message is not None and "not done yet" in result.message
+    assert result.message is not None
+    assert "not done yet" in result.message
 
 
 def test_reference_shards_match_fsdp1_flat_padding() -> None:

@@ -18,7 +18,8 @@ def test_presets_have_the_documented_shapes() -> None:
     assert get_device("h100-80gb").memory_GiB == 80
     assert get_device("a100-40gb").memory_GiB == 40
     node = get_cluster("h100-node")
-    assert node.world_size == 8 and node.intra_node == NVLINK4
+    assert node.world_size == 8
+    assert node.intra_node == NVLINK4
     assert get_cluster("h100-ib-128").world_size == 1024
     assert set(DEVICES) >= {"a100-40gb", "a100-80gb", "h100-80gb"}
     assert len(CLUSTERS) >= 5
@@ -40,7 +41,7 @@ def test_with_devices_fills_nodes() -> None:
 
 
 def test_bad_presets_and_fields_raise_valueerror() -> None:
-    with pytest.raises(ValueError, match="device='h200'.*allowed"):
+    with pytest.raises(ValueError, match=r"device='h200'.*allowed"):
         get_device("h200")
     with pytest.raises(ValueError, match="cluster='nope'"):
         get_cluster("nope")

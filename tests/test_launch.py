@@ -392,7 +392,8 @@ def test_transient_join_failures_start_the_group_again(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(launch_job._Job, "run", flaky_run)
     assert launch(lambda r, w: r, 2) == ["ok", "ok"]
-    assert len(calls) == 3 and len(set(calls)) == 1  # one deadline for all attempts
+    assert len(calls) == 3
+    assert len(set(calls)) == 1
     assert "attempt 3 of 3" in capsys.readouterr().err
 
     def fails_in_fn(self: Any, deadline: float) -> list[Any]:

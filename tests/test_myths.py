@@ -27,7 +27,8 @@ def test_every_claim_has_a_computed_verdict(verdicts) -> None:  # type: ignore[n
     assert [v.number for v in verdicts] == list(range(1, 19))
     for v in verdicts:
         assert v.verdict in VERDICTS
-        assert v.checks and all(isinstance(c.holds, bool) for c in v.checks)
+        assert v.checks
+        assert all(isinstance(c.holds, bool) for c in v.checks)
         assert v.verdict == judge(v.checks)
         assert v.checks == tuple(get_claim(v.number).checks(v.evidence))  # from the evidence
 
@@ -101,7 +102,8 @@ def test_docs_claims_md_is_in_sync(verdicts) -> None:  # type: ignore[no-untyped
         assert documented.pop(n) in (EXPECTED[n], "depends")
     computed = {v.number: v.verdict for v in verdicts if v.number not in TIMED_CLAIMS}
     assert documented == computed, "run: python -m dpsim.myths"
-    assert len(CLAIMS) == 18 and claims_markdown(verdicts).count("\n| ") == 19
+    assert len(CLAIMS) == 18
+    assert claims_markdown(verdicts).count("\n| ") == 19
 
 
 @pytest.mark.slow

@@ -68,8 +68,10 @@ def test_strip_keeps_only_checked_outputs() -> None:
     nb.cells[1].source = f"{CHECK_MARK}\n" + nb.cells[1].source
     nb.cells[1].metadata = {"execution": {"iopub.status.busy": "x"}, "tags": ["keep"]}
     strip_outputs(nb)
-    assert nb.cells[0].outputs == [] and nb.cells[0].execution_count is None
-    assert nb.cells[1].outputs[0].text == "b\n" and nb.cells[1].execution_count == 2
+    assert nb.cells[0].outputs == []
+    assert nb.cells[0].execution_count is None
+    assert nb.cells[1].outputs[0].text == "b\n"
+    assert nb.cells[1].execution_count == 2
     assert nb.cells[1].metadata == {"tags": ["keep"]}
     assert nb.metadata == {"language_info": {"name": "python"}}
 
@@ -86,7 +88,8 @@ def test_refresh_runs_and_check_passes(tmp_path: Path, capsys: pytest.CaptureFix
     assert notebook_outputs.main("check", [str(path)]) == 1
     assert notebook_outputs.main("refresh", [str(path)]) == 0
     nb = nbformat.read(path, as_version=4)
-    assert nb.cells[0].outputs == [] and nb.cells[0].execution_count is None
+    assert nb.cells[0].outputs == []
+    assert nb.cells[0].execution_count is None
     assert nb.cells[1].outputs[0].text == "from the notebook's folder\n"
     assert notebook_outputs.main("check", [str(tmp_path)]) == 0
     assert "notebooks: OK, 1 notebook(s)" in capsys.readouterr().out

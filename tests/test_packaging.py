@@ -41,7 +41,9 @@ def test_ci_runs_exactly_make_test() -> None:
 def test_doctor_runs_and_lists_every_chapter() -> None:
     out = subprocess.run([sys.executable, "-m", "dpsim", "doctor"], capture_output=True,
                          text=True, timeout=120, check=True).stdout
-    assert "CPU cores" in out and "gloo" in out and "GIL" in out
+    assert "CPU cores" in out
+    assert "gloo" in out
+    assert "GIL" in out
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert nb.name in out, f"{nb.name} missing from the doctor's plan"
 
@@ -51,7 +53,8 @@ def test_lab_binds_loopback_with_a_token() -> None:
 
     argv, token = lab_command(port=9999, open_browser=False)
     assert "--ServerApp.ip=127.0.0.1" in argv
-    assert f"--IdentityProvider.token={token}" in argv and len(token) >= 24
+    assert f"--IdentityProvider.token={token}" in argv
+    assert len(token) >= 24
 
 
 def test_one_python_floor_everywhere() -> None:

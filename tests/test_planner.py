@@ -58,7 +58,8 @@ def test_strong_scaling_monotone_where_theory_says(gpt2, strategy: str) -> None:
     assert all(a <= b * (1 + 1e-9) for a, b in pairwise(comm))  # never less traffic
     effs = efficiencies(curve, "strong")
     assert all(a >= b - 1e-9 for a, b in pairwise(effs))
-    assert effs[0] == 1.0 and effs[-1] < 0.5
+    assert effs[0] == 1.0
+    assert effs[-1] < 0.5
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
@@ -96,7 +97,7 @@ def test_summary_table_numbers_are_computed(gpt2) -> None:  # type: ignore[no-un
     assert rows["FSDP / ZeRO-3"]["memory_GiB_per_device"] < rows["DDP"]["memory_GiB_per_device"]
 
 
-@pytest.mark.parametrize("kwargs, field", [
+@pytest.mark.parametrize(("kwargs", "field"), [
     ({"strategy": "tp"}, "strategy"),
     ({"n_devices": 0}, "n_devices"),
     ({"n_devices": 2048}, "n_devices"),
@@ -118,7 +119,7 @@ def test_bad_scaling_input(gpt2) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="mode"):
         scaling_curve(gpt2, CLUSTER, "ddp", 64, mode="sideways")
     for strategy in ("dp", "zero1", "single", "tp"):
-        with pytest.raises(ValueError, match="strategy=.*allowed: 'ddp', 'fsdp'$"):
+        with pytest.raises(ValueError, match=r"strategy=.*allowed: 'ddp', 'fsdp'$"):
             crossover(gpt2, CLUSTER, strategy, 64)
 
 
@@ -127,7 +128,8 @@ def test_dashboard_renders_and_reports_bad_settings() -> None:
 
     ex = StrategyExplorer()
     fig, text = ex.render("resnet50", "h100-node", "fsdp", 8, 64, "mixed")
-    assert "simulated" in text and len(fig.data) >= 6
+    assert "simulated" in text
+    assert len(fig.data) >= 6
     (msg,) = ex.render("resnet50", "h100-node", "ddp", 8, 4, "mixed")
     assert "global_batch" in msg
     (msg,) = ex.render("resnet50", "this-machine", "dp", 4, 64, "mixed")

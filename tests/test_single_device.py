@@ -37,7 +37,8 @@ def test_training_reduces_the_loss_and_is_deterministic() -> None:
     b = train(mlp(16, 32, 2, 4), ds, steps=30, batch_size=32, progress=False, device="cpu")
     assert a.losses == b.losses
     assert sum(a.losses[-5:]) < sum(a.losses[:5])
-    assert a.samples_per_s > 0 and len(a.step_trace().events) == 3
+    assert a.samples_per_s > 0
+    assert len(a.step_trace().events) == 3
 
 
 def test_simulated_trace_is_deterministic_and_consistent(tiny_workload: Workload) -> None:
@@ -92,7 +93,9 @@ def test_unusable_gpu_falls_back_to_cpu_with_a_message() -> None:
 
 def test_calibration_gives_positive_rates() -> None:
     dev = calibrate_device("cpu")
-    assert dev.fp32_tflops > 0 and dev.mem_bw_GBps > 0 and dev.op_overhead_us > 0
+    assert dev.fp32_tflops > 0
+    assert dev.mem_bw_GBps > 0
+    assert dev.op_overhead_us > 0
 
 
 @pytest.mark.gpu

@@ -142,7 +142,8 @@ def test_without_overlap_every_all_reduce_waits_for_backward() -> None:
     b_on, b_off = step_result(on), step_result(off)
     assert b_off.hidden_comm_s == pytest.approx(0.0, abs=1e-15)
     assert b_off.step_s == pytest.approx(b_off.compute_s + b_off.comm_s)
-    assert b_on.hidden_comm_s > 0 and b_on.step_s < b_off.step_s
+    assert b_on.hidden_comm_s > 0
+    assert b_on.step_s < b_off.step_s
 
 
 def test_step_result_adds_up() -> None:
@@ -150,7 +151,9 @@ def test_step_result_adds_up() -> None:
     b = step_result(trace)
     assert b.step_s == pytest.approx(b.compute_s + b.exposed_comm_s)
     assert b.comm_s == pytest.approx(trace.busy_s(0, "comm"))
-    assert b.n_devices == 8 and b.batch_per_device == 8 and b.other_s == 0.0
+    assert b.n_devices == 8
+    assert b.batch_per_device == 8
+    assert b.other_s == 0.0
     assert 0 < b.overlap_fraction < 1
     assert b.scaling_efficiency == pytest.approx(b.compute_s / b.step_s)
 
@@ -170,7 +173,8 @@ def test_scaling_efficiency_falls_with_world_size_over_a_slow_link() -> None:
     points = scaling(_workload(), _cluster(1), DDPConfig(batch_size=8), (1, 2, 8, 64))
     eff = [p.breakdown.scaling_efficiency for p in points]
     assert eff[0] == pytest.approx(1.0)
-    assert eff == sorted(eff, reverse=True) and eff[-1] < 0.9
+    assert eff == sorted(eff, reverse=True)
+    assert eff[-1] < 0.9
     assert points[2].samples_per_s > points[1].samples_per_s
 
 
@@ -187,7 +191,7 @@ def test_simulation_is_deterministic() -> None:
     assert a.to_dict() == b.to_dict()
 
 
-@pytest.mark.parametrize("dtype, mixed", [("fp32", False), ("bf16", True), ("bf16", False)])
+@pytest.mark.parametrize(("dtype", "mixed"), [("fp32", False), ("bf16", True), ("bf16", False)])
 def test_peak_is_model_states_plus_the_bucket_copy_plus_activations(dtype: str,
                                                                      mixed: bool) -> None:
     w, n = get_workload("gpt2-124m"), 4
@@ -204,7 +208,8 @@ def test_bucket_view_removes_the_bucket_copy_from_memory() -> None:
     w = _workload()
     copy = simulate(w, _cluster(2), DDPConfig()).memory_at_peak(0)
     view = simulate(w, _cluster(2), DDPConfig(gradient_as_bucket_view=True)).memory_at_peak(0)
-    assert copy["buckets"] == copy["gradients"] == 4 * w.n_params and view["buckets"] == 0
+    assert copy["buckets"] == copy["gradients"] == 4 * w.n_params
+    assert view["buckets"] == 0
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -243,7 +248,9 @@ def test_explorer_reports_what_it_simulated() -> None:
 
     timeline_fig, scaling_fig, text = explore("gpt2-124m", "h100-80gb", "PCIe 4.0 x16", 4,
                                               25.0, 8, True)
-    assert isinstance(timeline_fig, go.Figure) and isinstance(scaling_fig, go.Figure)
-    assert text.startswith("simulated, N=4") and "scaling efficiency" in text
+    assert isinstance(timeline_fig, go.Figure)
+    assert isinstance(scaling_fig, go.Figure)
+    assert text.startswith("simulated, N=4")
+    assert "scaling efficiency" in text
     assert set(LINKS) >= {"PCIe 4.0 x16", "NVLink 4 (H100)"}
     assert ddp_explorer() is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import plotly.graph_objects as go
 import pytest
@@ -73,7 +74,7 @@ def test_dataparallel_python_scatter_uses_that_many_devices(
 
     monkeypatch.setattr(comm, "scatter", cpu_scatter)
     x = torch.arange(batch * 3.0).reshape(batch, 3)
-    inputs, kwargs = scatter_kwargs((x,), {}, list(range(n)))
+    inputs, _kwargs = scatter_kwargs((x,), {}, list(range(n)))
     assert [t[0].shape[0] for t in inputs] == scatter_sizes(batch, n)
     assert len(inputs) == len(scatter_sizes(batch, n))  # DataParallel replicates this many
     assert torch.equal(torch.cat([t[0] for t in inputs]), x)
@@ -143,7 +144,7 @@ def test_one_device_in_use_has_no_replicate_or_gather(classifier: Workload) -> N
 def test_one_thread_holds_the_gil_at_a_time(classifier: Workload) -> None:
     trace = simulate(classifier, NODE, DPConfig(n_devices=8, batch_size=64))
     held = sorted((e.start_s, e.end_s) for e in trace.events if e.kind == "python")
-    for (a0, a1), (b0, _) in zip(held, held[1:], strict=False):
+    for (a0, a1), (b0, _) in itertools.pairwise(held):
         assert b0 >= a1 - 1e-12, (a0, a1, b0)
     assert any(e.kind == "gil_wait" for e in trace.events)
 
@@ -155,7 +156,7 @@ def test_kernels_start_after_their_dispatch(classifier: Workload) -> None:
         first_kernel = min(e.start_s for e in trace.filter(device=d, kind="forward"))
         assert first_kernel >= first_dispatch
         fwd = trace.filter(device=d, kind="forward")
-        assert all(b.start_s >= a.end_s - 1e-15 for a, b in zip(fwd, fwd[1:], strict=False))
+        assert all(b.start_s >= a.end_s - 1e-15 for a, b in itertools.pairwise(fwd))
 
 
 def test_scatter_and_reduce_match_the_collective_formulas() -> None:
@@ -241,13 +242,15 @@ def test_imbalance_grows_with_the_output_size(classifier: Workload) -> None:
     ratios = [summary(simulate(with_output_features(classifier, k), NODE,
                                DPConfig(n_devices=4, batch_size=64))).imbalance
               for k in (10, 1_000, 100_000)]
-    assert ratios == sorted(ratios) and ratios[-1] > 3 * ratios[0]
+    assert ratios == sorted(ratios)
+    assert ratios[-1] > 3 * ratios[0]
     assert all(r > 1 for r in ratios)
 
 
 def test_with_output_features_sets_output_and_loss(classifier: Workload) -> None:
     w = with_output_features(classifier, 7)
-    assert w.output_bytes(3) == 3 * 7 * 4 and w.loss_bytes == 7 * 4 + 8
+    assert w.output_bytes(3) == 3 * 7 * 4
+    assert w.loss_bytes == 7 * 4 + 8
     with pytest.raises(ValueError, match="out_features"):
         with_output_features(classifier, 0)
 
@@ -283,17 +286,21 @@ def test_memory_figures(classifier: Workload) -> None:
     trace = simulate(classifier, NODE, DPConfig(n_devices=4, batch_size=10))
     fig = memory_per_device(trace)
     names = [t.name for t in fig.data if t.showlegend]
-    assert len(names) == len(set(names)) and "gathered" in names
+    assert len(names) == len(set(names))
+    assert "gathered" in names
     bars = peak_per_device(trace, limit_bytes=10**6)
-    assert [b.name for b in bars.data][0] == "parameters"
+    assert next(b.name for b in bars.data) == "parameters"
 
 
 def test_explorer_summary_and_widget() -> None:
     _, summary = explore("mlp", 4, 32, 100_000)
-    assert summary["imbalance"] > 2 and summary["fits"]
+    assert summary["imbalance"] > 2
+    assert summary["fits"]
     assert "device 0 peak" in describe(summary)
     _, big = explore("llama-7b", 2, 8)
-    assert not big["fits"] and "OUT OF MEMORY" in describe(big)
+    assert not big["fits"]
+    assert "OUT OF MEMORY" in describe(big)
     text, fig = render("resnet50", 2, 16, 0)
-    assert text.startswith("simulated: ResNet-50") and isinstance(fig, go.Figure)
+    assert text.startswith("simulated: ResNet-50")
+    assert isinstance(fig, go.Figure)
     assert dp_explorer() is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -37,8 +36,8 @@ def series(trace: Trace, category: str) -> list[int]:
     return [d.get(category, 0) for _, d in trace.memory_timeline(0)]
 
 
-@pytest.mark.parametrize("stage, reshard, multiple", [(3, True, 3), (3, False, 2), (2, True, 2),
-                                                      (1, True, 2), (0, True, 2)])
+@pytest.mark.parametrize(("stage", "reshard", "multiple"),
+                         [(3, True, 3), (3, False, 2), (2, True, 2), (1, True, 2), (0, True, 2)])
 def test_communication_volume_matches_formula(stage: int, reshard: bool, multiple: int) -> None:
     w = get_workload("gpt2-124m")
     tr = simulate(w, NODE, FSDPConfig(stage=stage, reshard_after_forward=reshard))
@@ -141,7 +140,8 @@ def test_deterministic_and_one_representative_device() -> None:
     a, b = simulate(w, c, FSDPConfig()), simulate(w, c, FSDPConfig())
     assert a.to_dict() == b.to_dict()
     assert a.devices == [0]
-    assert summary(a).devices_identical and step_result(a).n_devices == 32
+    assert summary(a).devices_identical
+    assert step_result(a).n_devices == 32
 
 
 def test_units_group_layers() -> None:
@@ -150,15 +150,14 @@ def test_units_group_layers() -> None:
     assert [u.n_params for u in units] == [4 * 8_000_000, 2 * 8_000_000]
 
 
-def test_fast_enough_for_1024_devices_and_96_layers() -> None:
+def test_simulates_1024_devices_and_96_layers() -> None:
+    """The chapter-7 scale runs (its speed goal, 50 ms, is measured in benchmarks/planner.py)."""
     w = transformer("96 layers", 96, 12288, 96, 2048, 50257)
     big = Cluster("1024 GPUs", H100_80GB, 8, 128, NVLINK4, INFINIBAND_NDR)
-    simulate(w, big, FSDPConfig())
-    start = time.perf_counter()
-    tr = simulate(w, big, FSDPConfig())
-    elapsed = time.perf_counter() - start
-    assert step_result(tr).n_devices == 1024
-    assert elapsed < 0.25  # goal 50 ms (benchmark of chapter 7); loose here for busy CI
+    result = step_result(simulate(w, big, FSDPConfig()))
+    assert result.n_devices == 1024
+    assert len(set(result.peak_bytes)) == 1  # ZeRO-3 shards evenly: every device alike
+    assert result.step_s >= result.compute_s > 0
 
 
 @pytest.mark.parametrize("bad", [{"stage": 4}, {"precision": "fp8"}, {"batch_size": 0},

@@ -43,8 +43,8 @@ def test_the_registry_lists_the_strategies_in_order() -> None:
     assert [get_strategy(n).label for n in ORDER] == [
         "single device", "DataParallel", "DDP", "FSDP / ZeRO-1", "FSDP / ZeRO-2",
         "FSDP / ZeRO-3"]
-    with pytest.raises(ValueError, match="^strategy='tp' is not known; allowed: 'single', "
-                                         "'dp', 'ddp', 'zero1', 'zero2', 'fsdp'$"):
+    with pytest.raises(ValueError, match=r"^strategy='tp' is not known; allowed: 'single', "
+                                         r"'dp', 'ddp', 'zero1', 'zero2', 'fsdp'$"):
         get_strategy("tp")
 
 
@@ -52,8 +52,10 @@ def test_the_registry_lists_the_strategies_in_order() -> None:
 def test_every_strategy_implements_the_protocol(name: str) -> None:
     s = get_strategy(name)
     assert isinstance(s, Strategy)
-    assert s.name == name and s.label
-    assert isinstance(s.placement, Placement) and all(
+    assert s.name == name
+    assert s.label
+    assert isinstance(s.placement, Placement)
+    assert all(
         getattr(s.placement, f.name) for f in fields(Placement))
     assert isinstance(s.single_node, bool)
     assert s.max_devices is None or s.max_devices >= 1
@@ -88,7 +90,7 @@ def test_the_planner_reports_what_the_strategy_says(gpt2: Workload, name: str,
         r.exposed_comm_s, r.other_s, r.peak_bytes, r.sent_bytes_per_device)
 
 
-@pytest.mark.parametrize("name, n, batch, message", [
+@pytest.mark.parametrize(("name", "n", "batch", "message"), [
     ("single", 2, 8, "^n_devices=2 with strategy='single'; allowed: 1$"),
     ("dp", 4, 3, "^global_batch=3 is out of range for DP on 4 devices; allowed >= 4$"),
     ("ddp", 4, 30, "^global_batch=30 does not split over n_devices=4; allowed: a multiple "
@@ -111,13 +113,14 @@ def test_only_ddp_and_zero3_have_a_crossover(gpt2: Workload) -> None:
     terms = {n: get_strategy(n).crossover_terms(gpt2, "bf16") for n in ORDER}
     assert [n for n, t in terms.items() if t is not None] == ["ddp", "fsdp"]
     ddp, zero3 = terms["ddp"], terms["fsdp"]
-    assert ddp is not None and zero3 is not None
+    assert ddp is not None
+    assert zero3 is not None
     assert (ddp.model_transfers, ddp.forward_covered) == (2.0, False)
     assert (zero3.model_transfers, zero3.alpha_terms, zero3.forward_covered) == (
         3.0, 3 * len(gpt2.layers), True)
 
 
-@pytest.mark.parametrize("field, value", [("step_s", -1.0), ("exposed_comm_s", float("nan")),
+@pytest.mark.parametrize(("field", "value"), [("step_s", -1.0), ("exposed_comm_s", float("nan")),
                                           ("n_devices", 0), ("batch_per_device", -1),
                                           ("sent_bytes_per_device", -5)])
 def test_step_result_rejects_bad_values(field: str, value: float) -> None:
@@ -187,14 +190,16 @@ def test_a_registered_strategy_reaches_the_planner(gpt2: Workload,
                                                    toy: FreeCommunication) -> None:
     assert names() == (*ORDER, "toy")
     p = plan(gpt2, CLUSTER, "toy", 8, 64)
-    assert p.step_s == p.compute_s == p.single_device_s and p.scaling_efficiency == 1.0
+    assert p.step_s == p.compute_s == p.single_device_s
+    assert p.scaling_efficiency == 1.0
     curve = scaling_curve(gpt2, CLUSTER, "toy", 8, mode="weak")
     assert [c.n_devices for c in curve] == [2**k for k in range(11)]
     assert [c.samples_per_s for c in curve] == pytest.approx(
         [curve[0].samples_per_s * c.n_devices for c in curve])
     rows = summary_table(gpt2, CLUSTERS["h100-node"])
-    assert rows[-1]["strategy"] == toy.label and rows[-1]["use_when"] == "never: it is a test"
-    with pytest.raises(ValueError, match="allowed: 'ddp', 'fsdp'$"):
+    assert rows[-1]["strategy"] == toy.label
+    assert rows[-1]["use_when"] == "never: it is a test"
+    with pytest.raises(ValueError, match=r"allowed: 'ddp', 'fsdp'$"):
         crossover(gpt2, CLUSTER, "toy", 64)
     with pytest.raises(ValueError, match="already registered"):
         register(FreeCommunication())

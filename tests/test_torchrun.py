@@ -99,7 +99,8 @@ def test_torchrun_standalone_runs_two_ranks(outputs: dict[str, str]) -> None:
     assert text.startswith("exit code 0"), text[-3000:]
     found = _checksums(text)
     assert sorted(found) == [0, 1], text[-3000:]
-    assert found[0] == found[1] and found[0][0] == 2
+    assert found[0] == found[1]
+    assert found[0][0] == 2
     assert "world_size 2, backend gloo" in text or "backend nccl" in text
 
 

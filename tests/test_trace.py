@@ -47,6 +47,7 @@ def test_timeline_draws_rows_lanes_and_step_times() -> None:
     assert list(fig.layout.yaxis.categoryarray) == [
         "measured · comm", "measured · compute", "simulated · comm", "simulated · compute"]
     comm = next(d for d in fig.data if d.name == "all_reduce")
-    assert list(comm.width) == [0.4, 0.4] and list(comm.offset) == [-0.4, 0.0]  # overlapping
+    assert list(comm.width) == [0.4, 0.4]
+    assert list(comm.offset) == [-0.4, 0.0]
     assert "simulated: 1.00 s; measured: 2.50 s" in fig.layout.title.text
     assert fig.layout.xaxis.title.text == "time from the start of the step (s)"

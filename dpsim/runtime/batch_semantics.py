@@ -6,6 +6,7 @@ the same `batch_size` and reports the samples each device or rank got.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from torch import nn
@@ -58,8 +59,8 @@ def compare_batch_semantics(batch_size: int = 8, n_devices: int = 2, n_samples: 
         {"strategy": "DataParallel (1 process, threads)", "batch_size argument": batch_size,
          "samples per device": dp.chunk_sizes + [0] * (n_devices - len(dp.chunk_sizes)),
          "samples per step": sum(dp.chunk_sizes),
-         "first indices per device": [list(range(a, b))[:4] for a, b in zip(bounds, bounds[1:],
-                                                                          strict=False)]},
+         "first indices per device": [list(range(a, b))[:4]
+                                      for a, b in itertools.pairwise(bounds)]},
         {"strategy": f"DDP ({n_devices} processes, gloo)", "batch_size argument": batch_size,
          "samples per device": [r["samples"] for r in ranks],
          "samples per step": sum(r["samples"] for r in ranks),

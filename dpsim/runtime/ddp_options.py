@@ -116,7 +116,8 @@ def broadcast_buffers_demo(rank: int, steps: int = 3) -> dict[str, Any]:
         with torch.no_grad():  # forward broadcasts rank 0's buffers first when flag is True
             ddp(_batch(rank, seed=99)[0])
         norm = model[1]
-        assert isinstance(norm, nn.BatchNorm1d) and norm.running_mean is not None
+        assert isinstance(norm, nn.BatchNorm1d)
+        assert norm.running_mean is not None
         mean = norm.running_mean.clone()
         everyone = [torch.empty_like(mean) for _ in range(dist.get_world_size())]
         dist.all_gather(everyone, mean)

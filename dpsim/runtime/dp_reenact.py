@@ -60,7 +60,7 @@ def _run_threads(fns: list[Callable[[], None]]) -> None:
             try:
                 torch.set_num_threads(1)
                 fn()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            except BaseException as exc:
                 errors.append(exc)
         return run
 

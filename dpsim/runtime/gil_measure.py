@@ -16,6 +16,7 @@ start-up cost is not counted. Keep runs short: results on a shared machine are n
 from __future__ import annotations
 
 import hashlib
+import itertools
 import multiprocessing
 import os
 import sys
@@ -300,7 +301,7 @@ def python_timeline(n_threads: int = 2, duration_s: float = 0.04,
 
 def _turns_trace(stamps: list[list[float]], switch_interval_s: float) -> Trace:
     start = min(s[0] for s in stamps if s)
-    steps = sorted(b - a for s in stamps for a, b in zip(s, s[1:], strict=False))
+    steps = sorted(b - a for s in stamps for a, b in itertools.pairwise(s))
     block = steps[len(steps) // 4] if steps else 0.0  # a typical uninterrupted block
     tr = Trace("measured", meta={"switch_interval_s": switch_interval_s, "block_s": block})
     turns: list[float] = []

@@ -35,7 +35,7 @@ def _spread(batch: int, n: int) -> list[int]:
 
 @exercise("3.1", function="chunk_sizes", title="How DataParallel splits a batch", points=1)
 def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
-    shapes = list(_SHAPES) + [(rng.randint(11, 99), rng.randint(3, 8))]
+    shapes = [*_SHAPES, (rng.randint(11, 99), rng.randint(3, 8))]
     for batch, n in shapes:
         expected = torch_chunk_sizes(batch, n)
         if expected != scatter_sizes(batch, n):

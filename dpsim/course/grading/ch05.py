@@ -8,6 +8,7 @@ on the learner).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -279,8 +280,7 @@ def _walk(sizes: list[int], caps: tuple[int, int], before: bool = False) -> list
 def _bucket_cases(rng: random.Random) -> Iterator[Case]:
     for index in range(4):
         widths = [rng.randint(20, 300) for _ in range(rng.randint(3, 6))]
-        module = nn.Sequential(*[nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:],
-                                                                 strict=True)])
+        module = nn.Sequential(*[nn.Linear(a, b) for a, b in itertools.pairwise(widths)])
         sizes = [p.numel() * 4 for p in module.parameters()]
         total = sum(sizes)
         cap = round(rng.uniform(0.15, 0.4) * total / MiB, 3)

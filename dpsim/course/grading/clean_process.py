@@ -206,7 +206,8 @@ class CheckServer:
     def _ask(self, request: str) -> None:
         proc = self._start()
         stdin: IO[str] | None = proc.stdin
-        assert stdin is not None and proc.stdout is not None
+        assert stdin is not None
+        assert proc.stdout is not None
         try:
             stdin.write(request + "\n")
             stdin.flush()
