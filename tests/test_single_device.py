@@ -12,7 +12,7 @@ from dpsim.runtime.data import classification
 from dpsim.runtime.device import resolve_device
 from dpsim.runtime.models import mlp
 from dpsim.runtime.train_single import train
-from dpsim.strategies.single import SingleConfig, breakdown, fit_rows, simulate
+from dpsim.strategies.single import SingleConfig, breakdown, fit_rows, simulate, step_result
 from dpsim.workload import Workload, get_workload
 
 
@@ -46,9 +46,9 @@ def test_simulated_trace_is_deterministic_and_consistent(tiny_workload: Workload
     t1 = simulate(tiny_workload, LAPTOP_CPU, cfg)
     t2 = simulate(tiny_workload, LAPTOP_CPU, cfg)
     assert t1 == t2
-    assert t1.meta["step_time_s"] == pytest.approx(t1.end_s)
-    assert t1.meta["step_time_s"] == pytest.approx(
-        step_compute_s(tiny_workload, 32, LAPTOP_CPU))
+    step_s = step_result(t1).step_s
+    assert step_s == pytest.approx(t1.end_s)
+    assert step_s == pytest.approx(step_compute_s(tiny_workload, 32, LAPTOP_CPU))
     # the timeline's peak lies between "all activations, no gradients" (end of forward)
     # and the breakdown's total, which counts every category at once (an upper bound)
     pred = breakdown(t1)
@@ -60,8 +60,8 @@ def test_larger_batches_take_longer_and_more_memory() -> None:
     w = get_workload("gpt2-124m")
     small = simulate(w, H100_80GB, SingleConfig(batch_size=1, dtype="bf16", mixed_precision=True))
     big = simulate(w, H100_80GB, SingleConfig(batch_size=16, dtype="bf16", mixed_precision=True))
-    assert big.meta["step_time_s"] > small.meta["step_time_s"]
-    assert big.meta["peak_bytes"] > small.meta["peak_bytes"]
+    assert step_result(big).step_s > step_result(small).step_s
+    assert step_result(big).peak_bytes > step_result(small).peak_bytes
 
 
 def test_seven_billion_does_not_fit_one_h100() -> None:

@@ -32,6 +32,7 @@ _NOTEBOOKS: list[Any] = notebooks() or [
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 @pytest.mark.timeout(NOTEBOOK_LIMIT_S + 150)  # run limit + opening, checks, screenshots
 @pytest.mark.parametrize("notebook", _NOTEBOOKS, ids=lambda p: p.stem if p else "none")
 def test_notebook_in_jupyterlab(
