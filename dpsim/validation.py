@@ -29,6 +29,22 @@ def require_range(
     return value
 
 
+def require_finite(
+    field: str,
+    value: float,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_inclusive: bool = True,
+) -> float:
+    """Like `require_range`, and also refuse inf and -inf (a size, time or rate)."""
+    require_range(field, value, low, high, low_inclusive=low_inclusive)
+    if value in (float("inf"), float("-inf")):
+        allowed = _bounds(low, high, low_inclusive)
+        raise ValueError(f"{field}={value!r} is not finite; give a finite number{allowed}")
+    return value
+
+
 def require_int(field: str, value: int, low: int | None = None, high: int | None = None) -> int:
     """Return `value` if it is an integer in [low, high], else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int):

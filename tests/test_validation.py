@@ -1,6 +1,14 @@
+import math
+
 import pytest
 
-from dpsim.validation import require_bool, require_choice, require_int, require_range
+from dpsim.validation import (
+    require_bool,
+    require_choice,
+    require_finite,
+    require_int,
+    require_range,
+)
 
 
 def test_range_accepts_inside_and_names_field_outside() -> None:
@@ -31,3 +39,15 @@ def test_bool_rejects_truthy_stand_ins() -> None:
         with pytest.raises(ValueError, match=rf"^overlap={bad!r} is not allowed; "
                                              "allowed: True, False$"):
             require_bool("overlap", bad)
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, "1", True, None])
+def test_require_finite_refuses_what_is_not_a_finite_number(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"^latency_us="):
+        require_finite("latency_us", bad, 0)  # type: ignore[arg-type]
+
+
+def test_require_finite_keeps_range_and_returns_the_value() -> None:
+    assert require_finite("x", 2.5, 0, 3) == 2.5
+    with pytest.raises(ValueError, match=r"x=-1 is out of range; allowed >= 0"):
+        require_finite("x", -1, 0)
