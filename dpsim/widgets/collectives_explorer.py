@@ -20,7 +20,7 @@ from dpsim.collectives.cost import (
 )
 from dpsim.collectives.series import model_series
 from dpsim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.validation import require_choice, require_finite, require_int
 from dpsim.viz.style import human_bytes
 from dpsim.viz.traffic import cost_curves_figure
 from dpsim.widgets.dashboard import dashboard
@@ -55,7 +55,11 @@ class Estimate:
     latency_share: float  # fraction of the time spent on alpha terms
 
     def describe(self, collective: str, nbytes: int, world_size: int, algorithm: str) -> str:
-        """One line for the learner."""
+        """One line for the learner (nbytes in bytes)."""
+        require_choice("collective", collective, COLLECTIVES)
+        require_int("nbytes", nbytes, 0)
+        require_int("world_size", world_size, 1)
+        require_choice("algorithm", algorithm, ALGORITHMS)
         return (f"simulated: {collective} of {human_bytes(nbytes)} on {world_size} ranks "
                 f"({algorithm}) takes {self.time_s * 1e3:.3f} ms; algbw "
                 f"{self.algbw_GBps:.1f} GB/s, busbw {self.busbw_GBps:.1f} GB/s; "
@@ -69,8 +73,8 @@ def estimate(collective: str, nbytes: int, world_size: int, latency_us: float,
     require_choice("algorithm", algorithm, ALGORITHMS)
     require_int("world_size", world_size, 1)
     require_int("nbytes", nbytes, 0)
-    require_range("bandwidth_GBps", bandwidth_GBps, 0, low_inclusive=False)
-    require_range("latency_us", latency_us, 0)
+    require_finite("bandwidth_GBps", bandwidth_GBps, 0, low_inclusive=False)
+    require_finite("latency_us", latency_us, 0)
     link = Link("custom", bandwidth_GBps, latency_us)
     t = collective_time_s(collective, nbytes, world_size, link, algorithm)
     if t <= 0:
@@ -83,7 +87,7 @@ def estimate(collective: str, nbytes: int, world_size: int, latency_us: float,
 
 def explore(collective: str, algorithm: str, world_size: int, nbytes: int, latency_us: float,
             bandwidth_GBps: float) -> list[Any]:
-    """[one line of numbers, the cost curves figure] for the dashboard."""
+    """[one line of numbers, the cost curves figure] for the dashboard (us, GB/s, bytes)."""
     result = estimate(collective, nbytes, world_size, latency_us, bandwidth_GBps, algorithm)
     link = Link(f"{bandwidth_GBps:.3g} GB/s, {latency_us:.3g} us", bandwidth_GBps, latency_us)
     curves = model_series(collective, world_size, link, SIZES_BYTES)

@@ -8,13 +8,22 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
+from dpsim.validation import require_int
+
 
 def dashboard(controls: Mapping[str, widgets.Widget], render: Callable[..., Any],
               columns: int = 3) -> widgets.VBox:
     """Controls on top, `render(**values)` output below, redrawn on every change.
 
-    `render` may return a plotly Figure, a string, or a list of them.
+    `render` may return a plotly Figure, a string, or a list of them; `columns` controls a row.
     """
+    if not isinstance(controls, Mapping) or not all(
+            isinstance(k, str) and isinstance(w, widgets.ValueWidget) for k, w in controls.items()):
+        raise ValueError(f"controls={controls!r} is not allowed; give a mapping from each "
+                         "argument name of `render` to an ipywidgets control")
+    if not callable(render):
+        raise ValueError(f"render={render!r} is not callable; give a function of the controls")
+    require_int("columns", columns, 1)
     out = widgets.Output()
 
     def redraw(**values: Any) -> None:

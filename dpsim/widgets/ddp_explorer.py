@@ -18,6 +18,7 @@ from dpsim.hardware import (
     Link,
 )
 from dpsim.strategies.ddp import DDPConfig, buckets_of, scaling, simulate, step_result
+from dpsim.validation import require_bool, require_choice, require_finite, require_int
 from dpsim.viz.ddp_timeline import scaling_figure
 from dpsim.viz.timeline import timeline
 from dpsim.widgets.dashboard import dashboard
@@ -30,6 +31,9 @@ WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 def cluster_for(device: str, interconnect: str, world_size: int) -> Cluster:
     """`world_size` devices whose all-reduce runs over the `interconnect` link."""
+    require_choice("device", device, DEVICES)
+    require_choice("interconnect", interconnect, LINKS)
+    require_int("world_size", world_size, 1, max(WORLD_SIZES))
     link = LINKS[interconnect]
     return Cluster(f"{world_size} x {DEVICES[device].name} over {link.name}", DEVICES[device],
                    world_size, 1, link)
@@ -37,7 +41,17 @@ def cluster_for(device: str, interconnect: str, world_size: int) -> Cluster:
 
 def explore(model: str, device: str, interconnect: str, world_size: int,
             bucket_cap_mb: float, batch_size: int, overlap: bool) -> list[Any]:
-    """Simulate one step at `world_size` and a sweep of N; return [timeline, scaling, text]."""
+    """Simulate one step at `world_size` and a sweep of N; return [timeline, scaling, text].
+
+    `bucket_cap_mb` is in MiB, as in torch's DDP; the text gives times in ms.
+    """
+    require_choice("model", model, PRESETS)
+    require_choice("device", device, DEVICES)
+    require_choice("interconnect", interconnect, LINKS)
+    require_int("world_size", world_size, 1, max(WORLD_SIZES))
+    require_finite("bucket_cap_mb", bucket_cap_mb, 0, low_inclusive=False)
+    require_int("batch_size", batch_size, 1)
+    require_bool("overlap", overlap)
     workload = get_workload(model)
     cfg = DDPConfig(batch_size=batch_size, bucket_cap_mb=bucket_cap_mb, overlap=overlap,
                     dtype="fp32" if DEVICES[device].kind == "cpu" else "bf16")
@@ -61,6 +75,9 @@ def explore(model: str, device: str, interconnect: str, world_size: int,
 def ddp_explorer(model: str = "gpt2-124m", device: str = "h100-80gb",
                  interconnect: str = INFINIBAND_NDR.name) -> widgets.VBox:
     """The dashboard: every control redraws the timeline and the scaling sweep."""
+    require_choice("model", model, PRESETS)
+    require_choice("device", device, DEVICES)
+    require_choice("interconnect", interconnect, LINKS)
     controls = {
         "model": widgets.Dropdown(options=list(PRESETS), value=model, description="model"),
         "device": widgets.Dropdown(options=list(DEVICES), value=device, description="device"),

@@ -7,18 +7,22 @@ with `widgets.dashboard`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from dpsim.hardware import get_cluster
+from dpsim.hardware import CLUSTERS, get_cluster
 from dpsim.strategies import dp
 from dpsim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
 from dpsim.trace import Trace
+from dpsim.validation import require_choice, require_int
 from dpsim.viz.memory_per_device import peak_per_device
 from dpsim.viz.style import human_bytes
 from dpsim.workload import PRESETS, Workload, get_workload
 
 MODELS = ("mlp", *PRESETS)
 OUTPUT_CHOICES = (0, 10, 1_000, 100_000, 10_000_000)  # 0: the model's own output size
+SUMMARY_KEYS = ("model", "chunks", "device 0 peak", "largest other peak", "imbalance", "fits",
+                "step_time_s", "extra_at_loss")
 
 
 def small_mlp() -> Workload:
@@ -36,13 +40,16 @@ def small_mlp() -> Workload:
 
 def get_model(name: str, out_features: int = 0) -> Workload:
     """A workload by name ("mlp" or a preset), with out_features outputs if > 0."""
+    require_choice("name", name, MODELS)
+    require_int("out_features", out_features, 0)
     workload = small_mlp() if name == "mlp" else get_workload(name)
     return with_output_features(workload, out_features) if out_features else workload
 
 
 def explore(model: str = "gpt2-124m", n_devices: int = 4, batch_size: int = 32,
             out_features: int = 0, cluster: str = "h100-node") -> tuple[Trace, dict[str, Any]]:
-    """Simulate one DP step; return the trace and a summary of device 0's imbalance."""
+    """Simulate one DP step; return the trace and a summary of device 0's imbalance (bytes, s)."""
+    check_setting(model, n_devices, batch_size, out_features, cluster)
     c = get_cluster(cluster)
     workload = get_model(model, out_features)
     config = DPConfig(n_devices=n_devices, batch_size=batch_size)
@@ -62,8 +69,22 @@ def explore(model: str = "gpt2-124m", n_devices: int = 4, batch_size: int = 32,
     return trace, summary
 
 
+def check_setting(model: str, n_devices: int, batch_size: int, out_features: int,
+                  cluster: str) -> None:
+    """Raise ValueError naming the first argument of `explore` that is not allowed."""
+    require_choice("model", model, MODELS)
+    require_choice("cluster", cluster, CLUSTERS)
+    require_int("n_devices", n_devices, 1, get_cluster(cluster).devices_per_node)
+    require_int("batch_size", batch_size, 1)
+    require_int("out_features", out_features, 0)
+
+
 def describe(summary: dict[str, Any]) -> str:
     """The summary as a few lines of text."""
+    missing = [k for k in SUMMARY_KEYS if k not in summary] if isinstance(summary, Mapping) else []
+    if not isinstance(summary, Mapping) or missing:
+        raise ValueError(f"summary={summary!r} is not a summary from explore(); it needs the keys "
+                         + ", ".join(repr(k) for k in SUMMARY_KEYS))
     extra = ", ".join(f"{k} {human_bytes(v)}" for k, v in summary["extra_at_loss"].items() if v)
     ratio = summary["imbalance"]
     lines = [
@@ -82,6 +103,7 @@ def describe(summary: dict[str, Any]) -> str:
 def render(model: str, n_devices: int, batch_size: int, out_features: int,
            cluster: str = "h100-node") -> list[Any]:
     """[summary text, peak memory per device figure] for one setting of the controls."""
+    check_setting(model, n_devices, batch_size, out_features, cluster)
     trace, summary = explore(model, n_devices, batch_size, out_features, cluster)
     limit = get_cluster(cluster).device.memory_bytes
     return [describe(summary), peak_per_device(trace, unit="GiB", limit_bytes=limit)]
@@ -89,6 +111,7 @@ def render(model: str, n_devices: int, batch_size: int, out_features: int,
 
 def dp_explorer(cluster: str = "h100-node") -> Any:
     """Sliders for N, model, batch and output size; peak memory per device redrawn."""
+    require_choice("cluster", cluster, CLUSTERS)
     import ipywidgets as w
 
     from dpsim.widgets.dashboard import dashboard

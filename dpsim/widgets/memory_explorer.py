@@ -10,14 +10,22 @@ import plotly.graph_objects as go
 from dpsim.hardware import DEVICES
 from dpsim.memory import OPTIMIZERS, MemoryBreakdown
 from dpsim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
+from dpsim.validation import require_choice, require_int
 from dpsim.viz.memory import breakdown_bars
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, get_workload
 
+PRECISION_CHOICES = ("fp32", "bf16 mixed")
+
 
 def explore(model: str, device: str, precision: str, optimizer: str, batch_size: int
             ) -> list[Any]:
-    """Simulate one step and return [figure, summary line]."""
+    """Simulate one step and return [figure, summary line] (memory in GiB, time in ms)."""
+    require_choice("model", model, PRESETS)
+    require_choice("device", device, DEVICES)
+    require_choice("precision", precision, PRECISION_CHOICES)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    require_int("batch_size", batch_size, 1)
     workload = get_workload(model)
     dev = DEVICES[device]
     mixed = precision == "bf16 mixed"
@@ -43,7 +51,7 @@ def memory_explorer() -> widgets.VBox:
         "model": widgets.Dropdown(options=list(PRESETS), value="gpt2-124m", description="model"),
         "device": widgets.Dropdown(options=[k for k, d in DEVICES.items() if d.kind == "gpu"],
                                    value="h100-80gb", description="device"),
-        "precision": widgets.ToggleButtons(options=["fp32", "bf16 mixed"], value="fp32",
+        "precision": widgets.ToggleButtons(options=list(PRECISION_CHOICES), value="fp32",
                                            description="precision",
                                            style={"button_width": "auto"}),
         "optimizer": widgets.Dropdown(options=list(OPTIMIZERS), value="adam",

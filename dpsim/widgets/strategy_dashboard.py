@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import replace
 from typing import Any
 
 import ipywidgets as widgets
 
 from dpsim.hardware import CLUSTERS, Cluster, Link, get_cluster
-from dpsim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
+from dpsim.planner import PLAN_PRECISIONS, POWERS_OF_TWO, PlanResult, plan, scaling_curve
 from dpsim.strategies.registry import get_strategy, names
+from dpsim.validation import require_choice, require_int
 from dpsim.viz.planner import plan_figure
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, Workload, get_workload
@@ -17,10 +19,13 @@ from dpsim.workload import PRESETS, Workload, get_workload
 OWN_MODEL = "your model"
 ETHERNET_10G = Link("Ethernet 10 Gb/s", 1.25, 50.0)  # between CPU machines beyond this one
 CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
+GLOBAL_BATCHES = tuple(2**k for k in range(13))  # 1 .. 4096 samples
+PRECISION_CHOICES = ("mixed", "fp32")
 
 
 def cluster_choice(name: str) -> Cluster:
     """A preset cluster, or this machine (more such machines join over 10 Gb Ethernet)."""
+    require_choice("name", name, CLUSTER_CHOICES)
     if name != "this-machine":
         return get_cluster(name)
     from dpsim.runtime.machine import detect
@@ -31,21 +36,54 @@ def cluster_choice(name: str) -> Cluster:
     return cluster
 
 
+def model_choices(own_given: bool) -> list[str]:
+    """The presets, then "your model" when the learner gave one."""
+    return [*PRESETS, *([OWN_MODEL] if own_given else [])]
+
+
+def check_model(model: str, own_given: bool) -> None:
+    """Raise ValueError unless `model` is a preset, or "your model" with one given."""
+    if model == OWN_MODEL and not own_given:
+        raise ValueError(f"model={OWN_MODEL!r} needs strategy_dashboard(module=..., "
+                         "example_input=...)")
+    require_choice("model", model, model_choices(own_given))
+
+
 class StrategyExplorer:
     """Holds the workloads and the scaling curves already simulated (one per setting)."""
 
     def __init__(self, own: Workload | None = None) -> None:
+        if own is not None and not isinstance(own, Workload):
+            raise ValueError(f"own={own!r} is not a Workload; give one (or None)")
         self.own = own
         self._workloads: dict[str, Workload] = {}
         self._curves: dict[tuple[Any, ...], list[PlanResult]] = {}
 
+    def models(self) -> list[str]:
+        """The model names this explorer knows: the presets, then the learner's own."""
+        return model_choices(self.own is not None)
+
     def workload(self, model: str) -> Workload:
         """The preset (built once) or the learner's own model."""
-        if model == OWN_MODEL:
-            if self.own is None:
-                raise ValueError(f"model={OWN_MODEL!r} needs strategy_dashboard(module=..., "
-                                 "example_input=...)")
-            return self.own
+        self.check_model(model)
+        return self.own if model == OWN_MODEL and self.own is not None else self._preset(model)
+
+    def check_model(self, model: str) -> None:
+        """Raise ValueError unless `model` is a preset, or "your model" with one given."""
+        check_model(model, self.own is not None)
+
+    def check_setting(self, model: str, cluster: str, strategy: str, global_batch: int,
+                      precision: str, n_devices: int | None = None) -> None:
+        """Raise ValueError naming the first argument that is not allowed on its own."""
+        self.check_model(model)
+        require_choice("cluster", cluster, CLUSTER_CHOICES)
+        require_choice("strategy", strategy, names())
+        if n_devices is not None:
+            require_int("n_devices", n_devices, 1, max(POWERS_OF_TWO))
+        require_int("global_batch", global_batch, 1)
+        require_choice("precision", precision, PLAN_PRECISIONS)
+
+    def _preset(self, model: str) -> Workload:
         if model not in self._workloads:
             self._workloads[model] = get_workload(model)
         return self._workloads[model]
@@ -53,6 +91,7 @@ class StrategyExplorer:
     def curve(self, model: str, cluster: str, strategy: str, global_batch: int,
               precision: str) -> list[PlanResult]:
         """Strong scaling of this global batch (cached: moving N does not recompute it)."""
+        self.check_setting(model, cluster, strategy, global_batch, precision)
         key = (model, cluster, strategy, global_batch, precision)
         if key not in self._curves:
             self._curves[key] = scaling_curve(self.workload(model), cluster_choice(cluster),
@@ -61,7 +100,13 @@ class StrategyExplorer:
 
     def render(self, model: str, cluster: str, strategy: str, n_devices: int,
                global_batch: int, precision: str) -> list[Any]:
-        """[figure, summary line], or the reason this setting cannot run."""
+        """[figure, summary line], or the reason this combination of settings cannot run.
+
+        An argument that is not allowed on its own (an unknown name, a non-integer) raises
+        ValueError; a combination the planner refuses (N beyond the cluster, a global batch
+        that does not split over N) is reported as text, as the dashboard shows it.
+        """
+        self.check_setting(model, cluster, strategy, global_batch, precision, n_devices)
         try:
             w = self.workload(model)
             p = plan(w, cluster_choice(cluster), strategy, n_devices, global_batch,
@@ -84,24 +129,60 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
                        strategy: str = "ddp", n_devices: int = 8, global_batch: int = 256,
                        *, module: Any = None, example_input: Any = None) -> widgets.VBox:
     """The dashboard; pass `module` and `example_input` to add "your model" to the list."""
-    own = None
-    if module is not None:
-        from dpsim.runtime.capture import workload_from_module
-
-        own = workload_from_module(module, example_input)
-    models = [*PRESETS, *([OWN_MODEL] if own is not None else [])]
-    explorer = StrategyExplorer(own)
+    check_model(model, module is not None)
+    require_choice("cluster", cluster, CLUSTER_CHOICES)
+    require_choice("strategy", strategy, names())
+    require_int("n_devices", n_devices, 1)
+    require_choice("n_devices", n_devices, POWERS_OF_TWO)
+    require_int("global_batch", global_batch, 1)
+    require_choice("global_batch", global_batch, GLOBAL_BATCHES)
+    explorer = StrategyExplorer(own_workload(module, example_input))
     controls = {
-        "model": widgets.Dropdown(options=models, value=model, description="model"),
+        "model": widgets.Dropdown(options=explorer.models(), value=model, description="model"),
         "cluster": widgets.Dropdown(options=list(CLUSTER_CHOICES), value=cluster,
                                     description="cluster"),
         "strategy": widgets.Dropdown(options=[(get_strategy(s).label, s) for s in names()],
                                      value=strategy, description="strategy"),
         "n_devices": widgets.SelectionSlider(options=list(POWERS_OF_TWO), value=n_devices,
                                              description="N"),
-        "global_batch": widgets.Dropdown(options=[2**k for k in range(13)],
+        "global_batch": widgets.Dropdown(options=list(GLOBAL_BATCHES),
                                          value=global_batch, description="global batch"),
-        "precision": widgets.Dropdown(options=["mixed", "fp32"], value="mixed",
+        "precision": widgets.Dropdown(options=list(PRECISION_CHOICES), value="mixed",
                                       description="precision"),
     }
     return dashboard(controls, explorer.render)
+
+
+def own_workload(module: Any, example_input: Any) -> Workload | None:
+    """The learner's module as a Workload, measured by one forward pass (None without one)."""
+    if module is None:
+        if example_input is not None:
+            raise ValueError("module=None is not allowed with an example_input; give the "
+                             "torch.nn.Module that the example batch is for")
+        return None
+    import torch
+
+    from dpsim.runtime.capture import workload_from_module
+
+    if not isinstance(module, torch.nn.Module):
+        raise ValueError(f"module={module!r} is not a torch.nn.Module; give one (or None)")
+    batch = _first_tensor(example_input, torch.Tensor)
+    if batch is None or batch.dim() == 0 or batch.shape[0] < 1:
+        raise ValueError(f"example_input={reprlib.repr(example_input)} is not allowed; give a "
+                         "tensor (or a tuple holding one) with a batch dimension >= 1")
+    try:
+        return workload_from_module(module, example_input)
+    except (RuntimeError, TypeError) as err:  # torch's own words for a batch the module refuses
+        raise ValueError(f"example_input={reprlib.repr(example_input)} does not run through "
+                         f"module: {err}") from err
+
+
+def _first_tensor(x: Any, tensor_type: type) -> Any:
+    """The first tensor in `x` (itself, or depth-first in nested tuples and lists), or None."""
+    if isinstance(x, tensor_type):
+        return x
+    for item in x if isinstance(x, (tuple, list)) else ():
+        found = _first_tensor(item, tensor_type)
+        if found is not None:
+            return found
+    return None

@@ -10,6 +10,7 @@ import ipywidgets as widgets
 from dpsim.hardware import H100_80GB, NVLINK4, Cluster
 from dpsim.memory import OPTIMIZERS, PRECISIONS
 from dpsim.strategies.fsdp import FSDPConfig, compare_stages, summary
+from dpsim.validation import require_bool, require_choice, require_finite, require_int
 from dpsim.viz.fsdp import device_grid, zero_bars
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import Workload, get_workload, transformer
@@ -21,6 +22,7 @@ DEVICE_MEMORY_GIB = (16, 24, 40, 80, 141)
 
 def model_for(size: str) -> Workload:
     """A transformer of the named size (presets, and a 96-layer GPT-3-like 175B)."""
+    require_choice("size", size, MODEL_SIZES)
     presets = {"124M": "gpt2-124m", "1.3B": "gpt-1.3b", "7B": "llama-7b", "70B": "llama-70b"}
     if size in presets:
         return get_workload(presets[size])
@@ -29,6 +31,8 @@ def model_for(size: str) -> Workload:
 
 def cluster_for(n_devices: int, memory_GiB: float) -> Cluster:
     """n_devices H100-class GPUs (8 per NVLink node, InfiniBand between) of `memory_GiB`."""
+    require_int("n_devices", n_devices, 1)
+    require_finite("memory_GiB", memory_GiB, 0, low_inclusive=False)
     node = Cluster("H100 node", replace(H100_80GB, memory_GiB=float(memory_GiB)), 8, 1, NVLINK4)
     return node.with_devices(n_devices)
 
@@ -36,8 +40,13 @@ def cluster_for(n_devices: int, memory_GiB: float) -> Cluster:
 def explore(model: str, n_devices: int, precision: str, optimizer: str,
             checkpointing: bool, memory_GiB: float, batch_size: int) -> list[Any]:
     """Simulate the four ZeRO stages; return [bars, device grid, summary line]."""
-    workload = model_for(model)
+    require_choice("model", model, MODEL_SIZES)
+    require_choice("precision", precision, PRECISIONS)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    require_bool("checkpointing", checkpointing)
+    require_int("batch_size", batch_size, 1)
     cluster = cluster_for(n_devices, memory_GiB)
+    workload = model_for(model)
     cfg = FSDPConfig(batch_size=batch_size, precision=precision, optimizer=optimizer,
                      activation_checkpointing=checkpointing)
     traces = compare_stages(workload, cluster, cfg)
