@@ -10,13 +10,25 @@ where communication stops hiding behind computation. Everything is simulated.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dpsim.compute import backward_time_s, forward_time_s, step_compute_s
 from dpsim.hardware import Cluster, Link
-from dpsim.memory import PRECISIONS, precision_dtype
+from dpsim.memory import OPTIMIZERS, PRECISIONS, precision_dtype
+from dpsim.strategies.crossover import crossover_formula as crossover_formula  # re-exported
+from dpsim.strategies.crossover import solve_crossover
+from dpsim.strategies.inputs import (
+    MAX_BATCH,
+    require_cluster,
+    require_instance,
+    require_ints,
+    require_names,
+    require_sequence,
+    require_workload,
+    shown,
+)
 from dpsim.strategies.registry import get_strategy, names
 from dpsim.validation import require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
@@ -26,6 +38,7 @@ from dpsim.workload import DTYPE_BYTES, Workload
 PLAN_PRECISIONS = tuple(p for p in PRECISIONS if p != "bf16")
 POWERS_OF_TWO = tuple(2**k for k in range(11))  # 1 .. 1024 devices
 MODES = ("strong", "weak")
+MAX_DEVICES = POWERS_OF_TWO[-1]  # the planner's largest cluster
 
 
 @dataclass(frozen=True)
@@ -71,8 +84,8 @@ class PlanResult:
 def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
     """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
     s = get_strategy(strategy)
-    require_int("n_devices", n_devices, 1, 1024)
-    require_int("global_batch", global_batch, 1, 1 << 24)
+    require_int("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("global_batch", global_batch, 1, MAX_BATCH)
     return s.split_batch(n_devices, global_batch)
 
 
@@ -83,8 +96,11 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
     The cluster preset gives the device and the links (nodes fill first; beyond one node
     the inter-node link is used). A strategy run by one process (DP) is limited to one node.
     """
+    require_workload(workload)
+    require_cluster(cluster)
     b = check_batch(strategy, n_devices, global_batch)
     require_choice("precision", precision, PLAN_PRECISIONS)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
     s = get_strategy(strategy)
     if s.single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
@@ -102,11 +118,16 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
                   precision: str = "mixed", optimizer: str = "adam") -> list[PlanResult]:
     """`plan` at each device count: strong keeps the global batch `batch`, weak keeps
     `batch` per device. Counts that do not split the global batch are skipped."""
+    require_workload(workload)
+    require_cluster(cluster)
     require_choice("mode", mode, MODES)
     s = get_strategy(strategy)
+    counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
+    require_choice("precision", precision, PLAN_PRECISIONS)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
     out = []
-    for n in n_devices:
-        require_int("n_devices", n, 1, 1024)
+    for n in counts:
         if s.single_node and n > cluster.devices_per_node:
             continue
         global_batch = batch if mode == "strong" else batch * n
@@ -122,6 +143,8 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
 
 def efficiencies(curve: Sequence[PlanResult], mode: str = "strong") -> list[float]:
     """Scaling efficiency against the curve's first point: strong t1 / (N tN), weak t1 / tN."""
+    for i, p in enumerate(require_sequence("curve", curve)):
+        require_instance(f"curve[{i}]", p, PlanResult, "a planner.PlanResult (scaling_curve)")
     require_choice("mode", mode, MODES)
     first = curve[0]
     out = []
@@ -161,26 +184,14 @@ class Crossover:
                 f"{self.link.latency_us:g} us)")
 
 
-def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
-                      alpha_terms: int, link: Link, c0_s: float = 0.0) -> float:
-    """Solve c0 + c*G/N = k*S/B + A*alpha*N for N (ring collectives, (N-1)/N ~ 1):
-    A*alpha*N^2 + (k*S/B - c0)*N - c*G = 0.
-
-    With c0 = 0 and alpha = 0 it is N* = c*G*B/(k*S): the devices at which the compute per
-    device, shrinking as 1/N, falls to the fixed time of moving k copies of the model.
-    """
-    beta_s = k * model_bytes / (link.bandwidth_GBps * 1e9) - c0_s
-    a_s = alpha_terms * link.latency_us * 1e-6
-    cg = c_s * global_batch
-    if a_s == 0:
-        return cg / beta_s if beta_s > 0 else math.inf
-    return (-beta_s + math.sqrt(beta_s**2 + 4 * a_s * cg)) / (2 * a_s)
-
-
 def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
                 precision: str = "mixed") -> tuple[float, float]:
     """(c0, c): the compute that communication overlaps, c0 + c*batch seconds (backward for
     DDP, forward + backward for ZeRO-3), as the line through batches 1024 and 2048."""
+    require_workload(workload)
+    require_cluster(cluster)
+    get_strategy(strategy)
+    require_choice("precision", precision, PRECISIONS)
     dev, dt = cluster.device, precision_dtype(precision)
     terms = get_strategy(strategy).crossover_terms(workload, dt)
     forward = terms is not None and terms.forward_covered
@@ -202,22 +213,22 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     """Strong scaling of a fixed global batch: the compute per device c*G/N shrinks while
     each step still moves k model-sized tensors (k*S/B) and pays A*(N-1) latencies. The
     formula's N* sits next to the first simulated count whose comm time >= its cover."""
+    _check_crossover(workload, cluster, global_batch, precision, n_devices)
     dt = precision_dtype(precision)
     terms = {n: get_strategy(n).crossover_terms(workload, dt) for n in names()}
     require_choice("strategy", strategy, [n for n, t in terms.items() if t is not None])
-    require_int("global_batch", global_batch, 1, 1 << 24)
     c0, c = hide_cost_s(workload, cluster, strategy, precision)
     term = terms[strategy]
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms
     model = workload.n_params * DTYPE_BYTES[dt]
     link = cluster.intra_node
-    n_star = crossover_formula(c, global_batch, k, model, a, link, c0)
+    n_star = _solve_for(cluster, c, global_batch, k, model, a, link, c0)
     if n_star > cluster.devices_per_node:  # beyond one node the slower link decides
         big = cluster.with_devices(cluster.devices_per_node * 2)
         link = big.link_for(big.world_size)
         n_star = max(float(cluster.devices_per_node),
-                     crossover_formula(c, global_batch, k, model, a, link, c0))
+                     _solve_for(cluster, c, global_batch, k, model, a, link, c0))
     simulated = None
     for p in scaling_curve(workload, cluster, strategy, global_batch, mode="strong",
                            n_devices=n_devices, precision=precision):
@@ -228,6 +239,32 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
             break
     return Crossover(strategy, get_strategy(strategy).label, global_batch, c, c0, k, model, a,
                      link, n_star, simulated)
+
+
+def _check_crossover(workload: Workload, cluster: Cluster, global_batch: int, precision: str,
+                     n_devices: Sequence[int]) -> None:
+    """What `crossover` accepts: a model with parameters, a batch some count splits."""
+    require_workload(workload)
+    require_cluster(cluster)
+    require_int("global_batch", global_batch, 1, MAX_BATCH)
+    require_choice("precision", precision, PLAN_PRECISIONS)
+    counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
+    if workload.n_params == 0:
+        raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
+                         "with parameters to communicate")
+    if all(global_batch % n for n in counts):
+        raise ValueError(f"global_batch={global_batch} splits over none of n_devices="
+                         f"{counts}; allowed: a multiple of some device count")
+
+
+def _solve_for(cluster: Cluster, *args: Any) -> float:
+    """`solve_crossover` for `crossover`: no crossover is the cluster's doing (no latency)."""
+    n_star = solve_crossover(*args)
+    if n_star is None:
+        raise ValueError(f"cluster={shown(cluster)} has links without latency and the compute "
+                         "hides the whole transfer at every device count, so there is no "
+                         "crossover; allowed: links with latency_us > 0")
+    return n_star
 
 
 def _uncovered_s(workload: Workload, cluster: Cluster, forward_covered: bool, p: PlanResult,
@@ -250,10 +287,14 @@ def summary_table(workload: Workload, cluster: Cluster, n_devices: int | None = 
     """One row per strategy (default: every registered one) with every number simulated for
     `workload` on `cluster`: traffic and memory per device, step time, throughput (defaults:
     one node, 8 per device; a strategy limited to fewer devices gets their share of it)."""
-    n = n_devices or cluster.devices_per_node
-    g = global_batch or 8 * n
+    require_cluster(cluster)
+    n = cluster.devices_per_node if n_devices is None else n_devices
+    require_int("n_devices", n, 1, MAX_DEVICES)
+    g = 8 * n if global_batch is None else global_batch
+    require_int("global_batch", g, 1, MAX_BATCH)
+    chosen = names() if strategies is None else require_names("strategies", strategies, names())
     rows: list[dict[str, object]] = []
-    for name in names() if strategies is None else strategies:
+    for name in chosen:
         s = get_strategy(name)
         ns = n if s.max_devices is None else min(n, s.max_devices)
         gs = g if ns == n else g // n * ns

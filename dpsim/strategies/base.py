@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from dpsim.hardware import Cluster
+from dpsim.strategies.inputs import require_split
 from dpsim.trace import Trace
-from dpsim.validation import require_int, require_range
+from dpsim.validation import require_bool, require_finite, require_int
 from dpsim.workload import Workload
 
 ConfigT = TypeVar("ConfigT")
+MAX_TRANSFERS = 1000.0  # model-sized transfers per step in a crossover formula
+MAX_ALPHA_TERMS = 1 << 30  # latencies per step per extra device
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,15 @@ class StepResult:
 
     def __post_init__(self) -> None:
         for name in ("step_s", "compute_s", "hidden_comm_s", "exposed_comm_s", "other_s"):
-            require_range(name, getattr(self, name), 0)
+            require_finite(name, getattr(self, name), 0)
         require_int("n_devices", self.n_devices, 1)
         require_int("batch_per_device", self.batch_per_device, 0)
         require_int("sent_bytes_per_device", self.sent_bytes_per_device, 0)
+        if not isinstance(self.peak_bytes, tuple):
+            raise ValueError(f"peak_bytes={self.peak_bytes!r} is not a tuple; allowed: a tuple "
+                             "of bytes, one per device")
+        for nbytes in set(self.peak_bytes):  # n_devices copies of one value when all are equal
+            require_int("peak_bytes", nbytes, 0)
         if len(self.peak_bytes) != self.n_devices:
             raise ValueError(f"peak_bytes has {len(self.peak_bytes)} entries for n_devices="
                              f"{self.n_devices}; allowed: one per device")
@@ -67,6 +75,12 @@ class Placement:
     sharded: str  # split across the devices
     use_when: str  # when to choose this strategy
 
+    def __post_init__(self) -> None:
+        for name in ("replicated", "sharded", "use_when"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not a string; allowed: "
+                                 "text for the side-by-side table")
+
 
 @dataclass(frozen=True)
 class CrossoverTerms:
@@ -75,6 +89,12 @@ class CrossoverTerms:
     model_transfers: float  # k: model-sized transfers per step (2 all-reduce, 3 ZeRO-3)
     alpha_terms: int  # A: latencies per step per extra device
     forward_covered: bool  # True: communication also hides behind forward compute
+
+    def __post_init__(self) -> None:
+        require_finite("model_transfers", self.model_transfers, 0, MAX_TRANSFERS,
+                       low_inclusive=False)
+        require_int("alpha_terms", self.alpha_terms, 0, MAX_ALPHA_TERMS)
+        require_bool("forward_covered", self.forward_covered)
 
 
 @runtime_checkable
@@ -124,6 +144,7 @@ class Strategy(Protocol[ConfigT]):
 
 def split_evenly(n_devices: int, global_batch: int) -> int:
     """Samples per device when every device gets the same number; ValueError otherwise."""
+    require_split(n_devices, global_batch)
     if global_batch % n_devices:
         raise ValueError(f"global_batch={global_batch} does not split over n_devices="
                          f"{n_devices}; allowed: a multiple of {n_devices}")

@@ -29,13 +29,33 @@ from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster, Device, Link
 from dpsim.memory import OPTIMIZERS, model_state_bytes, precision_dtype
 from dpsim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
+from dpsim.strategies.ddp_buckets import DEFAULT_BUCKET_CAP_MB as DEFAULT_BUCKET_CAP_MB
+from dpsim.strategies.ddp_buckets import DEFAULT_FIRST_BUCKET_CAP_MB as DEFAULT_FIRST_BUCKET_CAP_MB
+from dpsim.strategies.ddp_buckets import Bucket as Bucket
+from dpsim.strategies.ddp_buckets import GradTensor as GradTensor
+from dpsim.strategies.ddp_buckets import MiB as MiB  # re-exported, like those below
+from dpsim.strategies.ddp_buckets import build_buckets as build_buckets
+from dpsim.strategies.ddp_buckets import check_caps
+from dpsim.strategies.ddp_buckets import grad_tensors as grad_tensors
+from dpsim.strategies.inputs import (
+    MAX_COUNT,
+    MAX_DEVICES,
+    require_cluster,
+    require_config,
+    require_device,
+    require_instance,
+    require_ints,
+    require_link,
+    require_make_config,
+    require_sequence,
+    require_step_time,
+    require_terms,
+    require_trace,
+    require_workload,
+)
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_bool, require_choice, require_int, require_range
+from dpsim.validation import require_bool, require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
-
-MiB = 1024**2
-DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
-DEFAULT_FIRST_BUCKET_CAP_MB = 1.0  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / MiB
 
 
 @dataclass(frozen=True)
@@ -54,9 +74,7 @@ class DDPConfig:
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_range("bucket_cap_mb", self.bucket_cap_mb, 0, 1 << 20, low_inclusive=False)
-        require_range("first_bucket_cap_mb", self.first_bucket_cap_mb, 0, 1 << 20,
-                      low_inclusive=False)
+        check_caps(self.bucket_cap_mb, self.first_bucket_cap_mb)
         require_bool("overlap", self.overlap)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_choice("dtype", self.dtype, DTYPE_BYTES)
@@ -67,97 +85,13 @@ class DDPConfig:
             raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
 
 
-@dataclass(frozen=True)
-class GradTensor:
-    """One gradient as DDP sees it."""
-
-    name: str  # parameter name, e.g. "2.weight" (or a layer name)
-    nbytes: int
-    layer: int = 0  # index in Workload.layers of the layer whose backward produces it
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """A group of gradients all-reduced together."""
-
-    index: int  # 0 = the first bucket to be ready (the model's last parameters)
-    params: tuple[str, ...]  # in the order their gradients become ready
-    nbytes: int
-    cap_bytes: int  # the cap this bucket was filled against
-    ready_layer: int  # the layer whose backward makes the bucket's last gradient ready
-
-
-def build_buckets(tensors: Sequence[GradTensor], bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB,
-                  first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB,
-                  ready_order: Sequence[str] | None = None) -> list[Bucket]:
-    """Buckets for gradients listed in parameter order (the order of model.parameters()).
-
-    Walks the tensors in the order their gradients become ready, closing a bucket as soon
-    as its bytes reach its cap: `first_bucket_cap_mb` for bucket 0, `bucket_cap_mb` after.
-    The order is the reverse of the parameters (DDP's guess when it starts), or
-    `ready_order` (tensor names) when given: DDP rebuilds its buckets in the order it saw
-    in its first iteration, which differs for layers such as Conv2d (weight before bias).
-    """
-    require_range("bucket_cap_mb", bucket_cap_mb, 0, low_inclusive=False)
-    require_range("first_bucket_cap_mb", first_bucket_cap_mb, 0, low_inclusive=False)
-    caps = (int(first_bucket_cap_mb * MiB), int(bucket_cap_mb * MiB))
-    order = list(reversed(tensors))
-    if ready_order is not None:
-        by_name = {t.name: t for t in tensors}
-        if sorted(ready_order) != sorted(by_name) or len(by_name) != len(tensors):
-            raise ValueError(f"ready_order={list(ready_order)!r} is not allowed; give every "
-                             f"tensor name exactly once: {sorted(by_name)}")
-        order = [by_name[name] for name in ready_order]
-    buckets: list[Bucket] = []
-    current: list[GradTensor] = []
-    size = 0
-
-    def close() -> None:
-        cap = caps[0] if not buckets else caps[1]
-        buckets.append(Bucket(len(buckets), tuple(t.name for t in current), size, cap,
-                              min(t.layer for t in current)))
-
-    for tensor in order:
-        require_int(f"nbytes of {tensor.name!r}", tensor.nbytes, 0)
-        current.append(tensor)
-        size += tensor.nbytes
-        if size >= (caps[0] if not buckets else caps[1]):
-            close()
-            current, size = [], 0
-    if current:
-        close()
-    return buckets
-
-
-def grad_tensors(workload: Workload, dtype: str = "fp32",
-                 names: Sequence[tuple[str, int]] | None = None) -> list[GradTensor]:
-    """The gradients of `workload` in parameter order.
-
-    Without `names`: one tensor per layer that has parameters (its gradients in `dtype`).
-    With `names` [(parameter name, nbytes), ...] from a real model: one per parameter,
-    each assigned to the layer whose name prefixes it.
-    """
-    require_choice("dtype", dtype, DTYPE_BYTES)
-    if names is None:
-        return [GradTensor(layer.name, layer.n_params * DTYPE_BYTES[dtype], i)
-                for i, layer in enumerate(workload.layers) if layer.n_params > 0]
-    owners = {layer.name: i for i, layer in enumerate(workload.layers)}
-    fallback = owners.get("(non-leaf parameters)", 0)
-    out = []
-    for name, nbytes in names:
-        prefix, layer = name, fallback
-        while "." in prefix:
-            prefix = prefix.rsplit(".", 1)[0]
-            if prefix in owners:
-                layer = owners[prefix]
-                break
-        out.append(GradTensor(name, int(nbytes), layer))
-    return out
-
-
 def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
                       ) -> float:
     """Seconds to all-reduce one bucket of `nbytes` (alpha-beta, dpsim.collectives.cost)."""
+    require_int("nbytes", nbytes, 0, MAX_COUNT)
+    require_int("world_size", world_size, 1, MAX_DEVICES)
+    require_link(link)
+    require_choice("algorithm", algorithm, ALGORITHMS)
     return collective_time_s("all_reduce", nbytes, world_size, link, algorithm)
 
 
@@ -171,6 +105,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
     Events: per-layer forward and backward on stream "compute", one "all_reduce" per
     bucket on stream "comm", then the optimizer. meta: step_time_s, buckets, world_size.
     """
+    _check_simulate(workload, cluster, config, tensors)
     cfg = config or DDPConfig()
     n = cluster.world_size
     link = cluster.link_for(n)
@@ -212,12 +147,26 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         start += d
     d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, cfg.optimizer)
     trace.add(Event(0, "compute", "optimizer", start, start + d, label=cfg.optimizer))
-    trace.meta["step_time_s"] = start + d
+    trace.meta["step_time_s"] = require_step_time(start + d, cluster)
     return trace
+
+
+def _check_simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None,
+                    tensors: Sequence[GradTensor] | None) -> None:
+    """What `simulate` accepts; each tensor's layer must be one of the workload's."""
+    require_workload(workload)
+    require_cluster(cluster)
+    if config is not None:
+        require_config(config, DDPConfig)
+    for i, t in enumerate(require_sequence("tensors", tensors, empty=True) if tensors else ()):
+        tensor = require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
+        require_int(f"tensors[{i}].layer", tensor.layer, 0, len(workload.layers) - 1)
 
 
 def copy_time_s(nbytes: int, device: Device) -> float:
     """Seconds to copy `nbytes` once in device memory (read + write)."""
+    require_int("nbytes", nbytes, 0, MAX_COUNT)
+    require_device(device)
     return 2 * nbytes / (device.mem_bw_GBps * 1e9)
 
 
@@ -257,6 +206,7 @@ def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_byt
 
 def buckets_of(trace: Trace) -> list[Bucket]:
     """The buckets of a trace `simulate` made, in the order they are all-reduced."""
+    require_trace(trace, "ddp")
     return [Bucket(b["index"], tuple(b["params"]), b["nbytes"], b["cap_bytes"],
                    b["ready_layer"]) for b in trace.meta["buckets"]]
 
@@ -264,6 +214,8 @@ def buckets_of(trace: Trace) -> list[Bucket]:
 def step_result(trace: Trace, device: int = 0) -> StepResult:
     """Split one step of a DDP trace, simulated or measured, on `device`: compute, and
     communication hidden behind it or exposed; peak memory as the trace sampled it."""
+    require_trace(trace)
+    require_int("device", device, 0)
     events = trace.filter(device=device)
     if not events:
         raise ValueError(f"device={device} has no events in this trace; allowed: {trace.devices}")
@@ -292,10 +244,12 @@ class ScalingPoint:
 def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = None,
             world_sizes: Sequence[int] = (1, 2, 4, 8)) -> list[ScalingPoint]:
     """Simulate the same per-process batch on `cluster` resized to each world size."""
+    require_workload(workload)
+    require_cluster(cluster)
+    require_ints("world_sizes", world_sizes, 1, MAX_DEVICES)
     cfg = config or DDPConfig()
     out = []
     for n in world_sizes:
-        require_int("world_size", n, 1)
         trace = simulate(workload, cluster.with_devices(n), cfg)
         b = step_result(trace)
         out.append(ScalingPoint(n, b, len(trace.meta["buckets"]),
@@ -321,6 +275,7 @@ class DDPStrategy:
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> DDPConfig:
         """Default buckets; bf16 gradients with fp32 master under "mixed"."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
         return DDPConfig(batch_size=batch_per_device, optimizer=optimizer,
                          dtype=precision_dtype(precision),
                          mixed_precision=precision == "mixed")
@@ -335,6 +290,7 @@ class DDPStrategy:
 
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """One all-reduce (2 model sizes), 2 latencies per bucket; backward covers it."""
+        require_terms(workload, dtype)
         n_buckets = len(build_buckets(grad_tensors(workload, dtype)))
         return CrossoverTerms(2.0, 2 * n_buckets, False)
 

@@ -25,7 +25,6 @@ Its config, the chunks and the bytes each device holds at the loss: `dp_closed_f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from dpsim.collectives.cost import collective_time_s
 from dpsim.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
@@ -33,15 +32,27 @@ from dpsim.gil import Segment, schedule
 from dpsim.hardware import PCIE4_X16, Cluster, Device, Link
 from dpsim.memory import optimizer_state_bytes, precision_dtype
 from dpsim.strategies.base import CrossoverTerms, Placement, StepResult
+from dpsim.strategies.dp_closed_form import MAX_HOST_US, activation_bytes_per_layer, dtype_scale
 from dpsim.strategies.dp_closed_form import DPConfig as DPConfig  # re-exported, like those below
-from dpsim.strategies.dp_closed_form import activation_bytes_per_layer, dtype_scale
 from dpsim.strategies.dp_closed_form import bytes_at_loss as bytes_at_loss
 from dpsim.strategies.dp_closed_form import device0_extra_bytes as device0_extra_bytes
 from dpsim.strategies.dp_closed_form import device_batch_sizes as device_batch_sizes
 from dpsim.strategies.dp_closed_form import scatter_sizes as scatter_sizes
 from dpsim.strategies.dp_closed_form import with_output_features as with_output_features
+from dpsim.strategies.dp_result import DPSummary as DPSummary
+from dpsim.strategies.dp_result import step_result as step_result
+from dpsim.strategies.dp_result import summary as summary
+from dpsim.strategies.inputs import (
+    require_cluster,
+    require_config,
+    require_make_config,
+    require_split,
+    require_step_time,
+    require_terms,
+    require_workload,
+)
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_int
+from dpsim.validation import require_finite, require_int
 from dpsim.workload import DTYPE_BYTES, Layer, Workload
 
 PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",
@@ -91,12 +102,13 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     n_devices_used, peak_bytes (per device), imbalance (device 0 peak / largest other),
     python_s (seconds some thread held the GIL), phases ({kind: [start_s, end_s]}).
     """
-    require_int("n_devices", config.n_devices, 1, cluster.devices_per_node)
+    _check(workload, cluster, config)
     dev, link, dt = cluster.device, cluster.intra_node, config.dtype
     sizes = scatter_sizes(config.batch_size, config.n_devices)
     used = len(sizes)
     scale = dtype_scale(workload, dt)
-    op_s = (dev.op_overhead_us if config.python_op_us is None else config.python_op_us) * 1e-6
+    dev_op_s = dev.op_overhead_us * 1e-6  # compute's per-operator host cost in kernel times
+    op_s = dev_op_s if config.python_op_us is None else config.python_op_us * 1e-6
     gil_s, launch_s = op_s * config.op_gil_share, op_s * (1 - config.op_gil_share)
     param_bytes = DTYPE_BYTES[dt] * workload.n_params
     out_b = [workload.output_bytes(b, dt) for b in sizes]
@@ -153,7 +165,8 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
         ks = []
         for layer in workload.layers:
             n = _ops(layer)
-            ks.append(forward_time_s(layer, sizes[d], dev, dt, workload.dtype) - n * op_s)
+            fwd = forward_time_s(layer, sizes[d], dev, dt, workload.dtype)
+            ks.append(max(0.0, fwd - n * dev_op_s))  # the device's share: no host overhead
             segs += [("gil", n * gil_s), ("free", n * launch_s + (ks[-1] if sync_cpu else 0))]
         threads.append(segs)
         kernels.append(ks)
@@ -254,8 +267,20 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     # 8. optimizer on device 0
     opt = optimizer_time_s(workload.n_params, workload.n_param_tensors, dev, config.optimizer)
     end = tb.event(0, "compute", "optimizer", t, t + opt, label=config.optimizer)
+    require_step_time(end, cluster)
     _finish_meta(trace, config, sizes, end, gil_s)
     return trace
+
+
+def _check(workload: Workload, cluster: Cluster, config: DPConfig) -> None:
+    """What `simulate` accepts: the host cost per operator is bounded like python_op_us."""
+    require_workload(workload)
+    require_cluster(cluster)
+    require_config(config, DPConfig)
+    require_int("n_devices", config.n_devices, 1, cluster.devices_per_node)
+    if config.python_op_us is None:  # the device's overhead stands for it
+        require_finite("cluster.device.op_overhead_us", cluster.device.op_overhead_us, 0,
+                       MAX_HOST_US)
 
 
 def _finish_meta(trace: Trace, config: DPConfig, sizes: list[int], end_s: float,
@@ -282,41 +307,6 @@ def _finish_meta(trace: Trace, config: DPConfig, sizes: list[int], end_s: float,
     })
 
 
-@dataclass(frozen=True)
-class DPSummary:
-    """What a simulated DP step records besides its StepResult (seconds, samples)."""
-
-    samples_per_s: float  # global batch / step time
-    chunk_sizes: tuple[int, ...]  # samples per device that got a chunk (torch.chunk)
-    n_devices_used: int
-    imbalance: float  # device 0's peak / the largest other peak (inf: no other)
-    python_s: float  # seconds in which some thread held the GIL
-    gil_s_per_op: float  # GIL held per dispatched operator
-    phases: dict[str, tuple[float, float]]  # phase kind -> (first start_s, last end_s)
-    loss_time_s: float  # when the loss is computed (`bytes_at_loss` holds then)
-
-
-def summary(trace: Trace) -> DPSummary:
-    """The DP-specific numbers of a trace `simulate` made."""
-    m = trace.meta
-    return DPSummary(m["samples_per_s"], tuple(m["chunk_sizes"]), m["n_devices_used"],
-                     m["imbalance"], m["python_s"], m["gil_s_per_op"],
-                     {k: (v[0], v[1]) for k, v in m["phases"].items()}, m["loss_time_s"])
-
-
-def step_result(trace: Trace) -> StepResult:
-    """The step of a trace `simulate` made; host time beyond compute and comm is "other"."""
-    m = trace.meta
-    n, step = m["n_devices"], m["step_time_s"]
-    compute = max(trace.busy_s(d, "compute") for d in range(n))
-    comm = trace.busy_s(0, "comm")
-    exposed = min(comm, max(0.0, step - compute))
-    sent = sum(e.nbytes for e in trace.events if e.stream == "comm") // max(n, 1)
-    return StepResult(step, compute, comm - exposed, exposed,
-                      max(0.0, step - compute - exposed), tuple(int(p) for p in m["peak_bytes"]),
-                      int(sent), max(m["chunk_sizes"]), n)
-
-
 class DPStrategy:
     """DataParallel as the planner sees it (implements strategies.base.Strategy)."""
 
@@ -330,6 +320,7 @@ class DPStrategy:
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
         """torch.chunk: any batch, but each used device needs a sample."""
+        require_split(n_devices, global_batch)
         if global_batch < n_devices:
             raise ValueError(f"global_batch={global_batch} is out of range for DP on "
                              f"{n_devices} devices; allowed >= {n_devices}")
@@ -338,6 +329,7 @@ class DPStrategy:
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> DPConfig:
         """The global batch over n_devices, in the precision's compute dtype."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
         return DPConfig(n_devices=n_devices, batch_size=global_batch, optimizer=optimizer,
                         dtype=precision_dtype(precision))
 
@@ -351,6 +343,7 @@ class DPStrategy:
 
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """None: DP's copies do not overlap compute."""
+        require_terms(workload, dtype)
         return None
 
 

@@ -10,10 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dpsim.memory import OPTIMIZERS, optimizer_state_bytes
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.strategies.inputs import MAX_BATCH, MAX_DEVICES, require_config, require_workload
+from dpsim.validation import require_choice, require_finite, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
 
 INPUT_PLACES = ("device0", "host")
+# Host costs in microseconds are bounded so that a step simulates in well under a second:
+# the GIL model hands the lock over every 5 ms, so longer Python segments cost more steps.
+MAX_HOST_US = 10_000.0  # 10 ms per operator, module copy or thread start (real: 5-100 us)
+MAX_OUT_FEATURES = 1 << 32  # a classifier's outputs per sample
 
 
 @dataclass(frozen=True)
@@ -37,15 +42,16 @@ class DPConfig:
         require_choice("dtype", self.dtype, DTYPE_BYTES)
         require_choice("input_on", self.input_on, INPUT_PLACES)
         if self.python_op_us is not None:
-            require_range("python_op_us", self.python_op_us, 0)
-        require_range("op_gil_share", self.op_gil_share, 0, 1)
-        require_range("replicate_us_per_module", self.replicate_us_per_module, 0)
-        require_range("thread_start_us", self.thread_start_us, 0)
+            require_finite("python_op_us", self.python_op_us, 0, MAX_HOST_US)
+        require_finite("op_gil_share", self.op_gil_share, 0, 1)
+        require_finite("replicate_us_per_module", self.replicate_us_per_module, 0, MAX_HOST_US)
+        require_finite("thread_start_us", self.thread_start_us, 0, MAX_HOST_US)
 
 
 def with_output_features(workload: Workload, out_features: int) -> Workload:
     """`workload` whose last layer outputs `out_features` values per sample (classifier)."""
-    require_int("out_features", out_features, 1)
+    require_workload(workload, runnable=False)
+    require_int("out_features", out_features, 1, MAX_OUT_FEATURES)
     if not workload.layers:
         raise ValueError("workload has no layers; give a workload with at least one layer")
     width = DTYPE_BYTES[workload.dtype]
@@ -61,8 +67,8 @@ def scatter_sizes(batch_size: int, n_devices: int) -> list[int]:
     Chunks hold ceil(B/N) samples and the last one the rest, so there may be fewer than
     N chunks: B=10, N=4 -> [3, 3, 3, 1]; B=5, N=4 -> [2, 2, 1]; B=2, N=4 -> [1, 1].
     """
-    require_int("batch_size", batch_size, 1)
-    require_int("n_devices", n_devices, 1)
+    require_int("batch_size", batch_size, 1, MAX_BATCH)
+    require_int("n_devices", n_devices, 1, MAX_DEVICES)
     size = -(-batch_size // n_devices)
     return [min(size, batch_size - start) for start in range(0, batch_size, size)]
 
@@ -75,6 +81,8 @@ def device_batch_sizes(batch_size: int, n_devices: int) -> list[int]:
 
 def dtype_scale(workload: Workload, dtype: str) -> float:
     """Bytes of a tensor in `dtype` per byte in the workload's own dtype."""
+    require_workload(workload, runnable=False)
+    require_choice("dtype", dtype, DTYPE_BYTES)
     return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
 
 
@@ -83,7 +91,7 @@ def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
 
     The first layer's saved input is the batch itself, which DP counts as "input".
     """
-    scale = dtype_scale(workload, dtype)
+    scale = dtype_scale(workload, dtype)  # checks both
     acts = [layer.activation_bytes * scale for layer in workload.layers]
     if acts:
         acts[0] -= min(acts[0], float(workload.input_bytes))
@@ -97,6 +105,8 @@ def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
     backward and (input_on="device0") the whole batch; every device that got a chunk
     holds a replica of the parameters, its input chunk and its activations.
     """
+    require_workload(workload, runnable=False)
+    require_config(config, DPConfig)
     sizes = device_batch_sizes(config.batch_size, config.n_devices)
     used = sum(1 for b in sizes if b)
     scale = dtype_scale(workload, config.dtype)
@@ -124,6 +134,7 @@ def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
 
 def device0_extra_bytes(workload: Workload, config: DPConfig) -> dict[str, int]:
     """Bytes per category device 0 holds at the loss beyond device 1 (needs n_devices >= 2)."""
+    require_config(config, DPConfig)
     require_int("n_devices", config.n_devices, 2)
     rows = bytes_at_loss(workload, config)
     return {cat: rows[0][cat] - rows[1][cat] for cat in rows[0]}

@@ -19,78 +19,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dpsim.collectives.cost import ALGORITHMS, collective_time_s
+from dpsim.collectives.cost import collective_time_s
 from dpsim.compute import optimizer_time_s
 from dpsim.hardware import Cluster
-from dpsim.memory import (
-    OPTIMIZERS,
-    PRECISIONS,
-    ZERO_STAGES,
-    optimizer_state_bytes,
-    precision_bytes_per_param,
-    precision_dtype,
-)
+from dpsim.memory import ZERO_STAGES, optimizer_state_bytes, precision_bytes_per_param
 from dpsim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
+from dpsim.strategies.fsdp_closed_form import FSDPConfig as FSDPConfig  # re-exported, like below
+from dpsim.strategies.fsdp_closed_form import (
+    communication_bytes_per_step as communication_bytes_per_step,
+)
 from dpsim.strategies.fsdp_units import Unit
 from dpsim.strategies.fsdp_units import build_units as build_units
+from dpsim.strategies.inputs import (
+    require_cluster,
+    require_config,
+    require_ints,
+    require_make_config,
+    require_step_time,
+    require_terms,
+    require_trace,
+    require_workload,
+)
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_bool, require_choice, require_int
+from dpsim.validation import require_int
 from dpsim.workload import DTYPE_BYTES, Workload
-
-
-@dataclass(frozen=True)
-class FSDPConfig:
-    """One FSDP / ZeRO training step; world_size comes from the Cluster."""
-
-    batch_size: int = 8  # samples per device per step
-    stage: int = 3  # ZeRO stage: 0 replicate, 1 +optimizer sharded, 2 +gradients, 3 +parameters
-    precision: str = "mixed"  # "fp32", "mixed" (bf16 compute, fp32 master) or "bf16"
-    optimizer: str = "adam"  # one of memory.OPTIMIZERS
-    reshard_after_forward: bool = True  # stage 3: free gathered parameters after forward
-    forward_prefetch: bool = True  # all-gather unit i+1 while unit i computes forward
-    backward_prefetch: bool = True  # all-gather unit i-1 while unit i computes backward
-    activation_checkpointing: bool = False  # keep unit inputs only; recompute in backward
-    layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
-    algorithm: str = "ring"  # collective algorithm, see collectives.ALGORITHMS
-
-    def __post_init__(self) -> None:
-        require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_choice("stage", self.stage, ZERO_STAGES)
-        require_choice("precision", self.precision, PRECISIONS)
-        require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
-        require_choice("algorithm", self.algorithm, ALGORITHMS)
-        for name in ("reshard_after_forward", "forward_prefetch", "backward_prefetch",
-                     "activation_checkpointing"):
-            require_bool(name, getattr(self, name))
-
-    @property
-    def dtype(self) -> str:
-        """Dtype of compute, of the gathered parameters and of the gradients sent."""
-        return precision_dtype(self.precision)
-
-
-def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
-                                 bytes_per_param: int = 2,
-                                 reshard_after_forward: bool = True) -> int:
-    """Communication volume per step, in bytes: 3x the model for FSDP, 2x for DDP.
-
-    The volume adds the full-tensor size of every collective, an all-reduce counting
-    twice (it is a reduce-scatter plus an all-gather). Stage 3 all-gathers the parameters
-    in forward and again in backward and reduce-scatters the gradients (3x; 2x without
-    reshard_after_forward); stages 1-2 reduce-scatter gradients and all-gather the updated
-    parameters (2x); stage 0 all-reduces gradients (2x). With a ring each device sends
-    (N-1)/N of the volume. 0 for one device.
-    """
-    require_int("n_params", n_params, 0)
-    require_int("world_size", world_size, 1)
-    require_choice("stage", stage, ZERO_STAGES)
-    if world_size == 1:
-        return 0
-    model = n_params * bytes_per_param
-    if stage == 3 and reshard_after_forward:
-        return 3 * model
-    return 2 * model
 
 
 def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
@@ -102,6 +54,9 @@ def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
     step_time_s, compute_s, comm_s, exposed_comm_s, peak_bytes, breakdown (at peak),
     fits, comm_volume_bytes, model_bytes, comm_to_model, sent_bytes_per_device.
     """
+    require_workload(workload)
+    require_cluster(cluster)
+    require_config(config, FSDPConfig)
     return _Step(workload, cluster, config).run()
 
 
@@ -250,7 +205,7 @@ class _Step:
         for time_s, category, delta in sorted(self.deltas, key=lambda d: d[0]):
             totals[category] = totals.get(category, 0) + delta
             tr.sample(0, time_s, category, totals[category])
-        end = max(self.t, self.comm_free)
+        end = require_step_time(max(self.t, self.comm_free), self.cluster)
         compute_s = tr.busy_s(0, "compute")
         peak_at = tr.memory_at_peak(0)
         model_bytes = n_params * self.p_bytes
@@ -288,7 +243,7 @@ class FSDPSummary:
 
 def summary(trace: Trace) -> FSDPSummary:
     """The FSDP-specific numbers of a trace `simulate` made."""
-    m = trace.meta
+    m = require_trace(trace, "fsdp").meta
     return FSDPSummary(m["stage"], m["n_units"], bool(m["devices_identical"]),
                        m["comm_volume_bytes"], m["model_bytes"], m["comm_to_model"],
                        dict(m["breakdown"]), bool(m["fits"]), m["samples_per_s"])
@@ -297,7 +252,7 @@ def summary(trace: Trace) -> FSDPSummary:
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made: compute, and communication hidden behind it
     or exposed (the time the step is longer than its compute); every device the same."""
-    m = trace.meta
+    m = require_trace(trace, "fsdp").meta
     exposed, n = m["exposed_comm_s"], m["world_size"]
     return StepResult(m["step_time_s"], m["compute_s"], max(0.0, m["comm_s"] - exposed),
                       exposed, 0.0, (int(m["peak_bytes"]),) * n,
@@ -308,6 +263,8 @@ def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
                    stages: tuple[int, ...] = ZERO_STAGES) -> dict[str, Trace]:
     """The same step under each ZeRO stage: {"ZeRO-0 (DDP)": trace, ..., "ZeRO-3 (FSDP)": ...}."""
     names = {0: "ZeRO-0 (DDP)", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 (FSDP)"}
+    require_config(config, FSDPConfig)
+    require_ints("stages", stages, 0, 3)
     return {names[s]: simulate(workload, cluster, replace(config, stage=s)) for s in stages}
 
 
@@ -320,6 +277,16 @@ class FSDPStrategy:
     label: str
     placement: Placement
     config_type = FSDPConfig
+
+    def __post_init__(self) -> None:
+        require_int("stage", self.stage, 1, 3)
+        for name in ("name", "label"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; allowed: a "
+                                 "non-empty string")
+        if not isinstance(self.placement, Placement):
+            raise ValueError(f"placement={self.placement!r} is not a Placement; allowed: a "
+                             "strategies.base.Placement")
     single_node = False
     max_devices = None
 
@@ -330,6 +297,7 @@ class FSDPStrategy:
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> FSDPConfig:
         """One unit per layer, prefetch on, this strategy's stage."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
         return FSDPConfig(batch_size=batch_per_device, stage=self.stage, precision=precision,
                           optimizer=optimizer)
 
@@ -344,6 +312,7 @@ class FSDPStrategy:
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """ZeRO-3: two all-gathers and a reduce-scatter (3 model sizes), 3 latencies per
         unit (one per layer), hidden behind forward and backward; None for stages 1-2."""
+        require_terms(workload, dtype)
         if self.stage != 3:
             return None
         return CrossoverTerms(3.0, 3 * len(workload.layers), True)

@@ -6,14 +6,13 @@ A unit is what FSDP gathers, computes and frees at once; `fsdp.simulate` schedul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from dpsim.compute import backward_time_s, forward_time_s
 from dpsim.hardware import Cluster
+from dpsim.strategies.fsdp_closed_form import FSDPConfig
+from dpsim.strategies.inputs import require_cluster, require_config, require_workload
+from dpsim.validation import require_int, require_range
 from dpsim.workload import DTYPE_BYTES, Workload
-
-if TYPE_CHECKING:
-    from dpsim.strategies.fsdp import FSDPConfig
 
 
 @dataclass(frozen=True)
@@ -28,9 +27,18 @@ class Unit:
     activation_bytes: int  # kept for backward by this unit's layers (whole local batch)
     input_bytes: int  # the unit's input (kept alone under activation checkpointing)
 
+    def __post_init__(self) -> None:
+        for name in ("n_params", "n_param_tensors", "activation_bytes", "input_bytes"):
+            require_int(name, getattr(self, name), 0)
+        require_range("forward_s", self.forward_s, 0)  # inf: fsdp.simulate names the cluster
+        require_range("backward_s", self.backward_s, 0)
+
 
 def build_units(workload: Workload, cluster: Cluster, config: FSDPConfig) -> list[Unit]:
     """Group the workload's layers into units and cost each on the cluster's device."""
+    require_workload(workload)
+    require_cluster(cluster)
+    require_config(config, FSDPConfig)
     b, dt, dev = config.batch_size, config.dtype, cluster.device
     scale = b * DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
     units: list[Unit] = []

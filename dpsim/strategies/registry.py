@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from dpsim.strategies import ddp, dp, fsdp, single
-from dpsim.strategies.base import Strategy
-from dpsim.validation import require_choice
+from dpsim.strategies.base import Placement, Strategy
+from dpsim.strategies.inputs import MAX_DEVICES, require_instance
+from dpsim.validation import require_bool, require_choice, require_int
 
 _REGISTRY: dict[str, Strategy[Any]] = {}
 
@@ -21,11 +22,26 @@ def register(strategy: Strategy[Any]) -> Strategy[Any]:
     if not isinstance(strategy, Strategy):
         raise ValueError(f"strategy={strategy!r} does not implement strategies.base.Strategy; "
                          "allowed: an object with every member of that protocol")
+    _check_members(strategy)
     if strategy.name in _REGISTRY:
         raise ValueError(f"name={strategy.name!r} is already registered; allowed: a name "
                          f"other than {', '.join(repr(n) for n in _REGISTRY)}")
     _REGISTRY[strategy.name] = strategy
     return strategy
+
+
+def _check_members(strategy: Strategy[Any]) -> None:
+    """The protocol's plain members have the types the planner relies on."""
+    for member in ("name", "label"):
+        value = getattr(strategy, member)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"strategy.{member}={value!r} is not allowed; allowed: a "
+                             "non-empty string")
+    require_instance("strategy.placement", strategy.placement, Placement,
+                     "a strategies.base.Placement")
+    require_bool("strategy.single_node", strategy.single_node)
+    if strategy.max_devices is not None:
+        require_int("strategy.max_devices", strategy.max_devices, 1, MAX_DEVICES)
 
 
 def unregister(name: str) -> None:

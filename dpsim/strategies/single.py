@@ -8,8 +8,21 @@ from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster, Device
 from dpsim.memory import OPTIMIZERS, MemoryBreakdown, precision_dtype, predict_single
 from dpsim.strategies.base import CrossoverTerms, Placement, StepResult
+from dpsim.strategies.inputs import (
+    MAX_BATCH,
+    require_cluster,
+    require_config,
+    require_device,
+    require_make_config,
+    require_names,
+    require_split,
+    require_step_time,
+    require_terms,
+    require_trace,
+    require_workload,
+)
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_choice, require_int
+from dpsim.validation import require_bool, require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
 
 
@@ -26,6 +39,7 @@ class SingleConfig:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_choice("dtype", self.dtype, DTYPE_BYTES)
+        require_bool("mixed_precision", self.mixed_precision)
         if self.mixed_precision and self.dtype == "fp32":
             raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
 
@@ -35,6 +49,9 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
 
     meta holds step_time_s, samples_per_s, peak_bytes, fits (bool) and the breakdown.
     """
+    require_workload(workload)
+    require_device(device)
+    require_config(config, SingleConfig)
     b, dt = config.batch_size, config.dtype
     states = predict_single(workload, 0, optimizer=config.optimizer, dtype=dt,
                             mixed_precision=config.mixed_precision)
@@ -70,6 +87,7 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
     t += d
     peak = predict_single(workload, b, optimizer=config.optimizer, dtype=dt,
                           mixed_precision=config.mixed_precision)
+    require_step_time(t, device, "device")
     trace.meta.update({
         "step_time_s": t,
         "samples_per_s": b / t if t > 0 else float("inf"),
@@ -82,6 +100,7 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
 
 def breakdown(trace: Trace) -> MemoryBreakdown:
     """The predicted peak breakdown stored in a simulated trace."""
+    require_trace(trace, "single")
     return MemoryBreakdown(**trace.meta["breakdown"])
 
 
@@ -95,12 +114,13 @@ class SingleSummary:
 
 def summary(trace: Trace) -> SingleSummary:
     """Throughput and fit of a trace `simulate` made."""
+    require_trace(trace, "single")
     return SingleSummary(trace.meta["samples_per_s"], bool(trace.meta["fits"]))
 
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made: all compute, no communication."""
-    m = trace.meta
+    m = require_trace(trace, "single").meta
     step = m["step_time_s"]
     return StepResult(step, step, 0.0, 0.0, 0.0, (int(m["peak_bytes"]),), 0, m["batch_size"], 1)
 
@@ -117,6 +137,7 @@ class SingleStrategy:
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
         """The whole batch; ValueError unless n_devices is 1."""
+        require_split(n_devices, global_batch)
         if n_devices != 1:
             raise ValueError(f"n_devices={n_devices} with strategy='single'; allowed: 1")
         return global_batch
@@ -124,12 +145,13 @@ class SingleStrategy:
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> SingleConfig:
         """bf16 working copy with fp32 master under "mixed"."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
         return SingleConfig(batch_per_device, optimizer, precision_dtype(precision),
                             precision == "mixed")
 
     def simulate(self, workload: Workload, cluster: Cluster, config: SingleConfig) -> Trace:
         """One step on the cluster's device."""
-        return simulate(workload, cluster.device, config)
+        return simulate(workload, require_cluster(cluster).device, config)
 
     def step_result(self, trace: Trace) -> StepResult:
         """See `step_result`."""
@@ -137,6 +159,7 @@ class SingleStrategy:
 
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """None: nothing to hide."""
+        require_terms(workload, dtype)
         return None
 
 
@@ -145,8 +168,11 @@ STRATEGY = SingleStrategy()
 
 def fit_rows(models: list[str], device: Device, batch_size: int = 1) -> list[dict[str, object]]:
     """For each preset model: GiB in fp32 and in bf16 mixed precision with Adam, and fits."""
-    from dpsim.workload import get_workload
+    from dpsim.workload import PRESETS, get_workload
 
+    require_names("models", models, PRESETS)
+    require_device(device)
+    require_int("batch_size", batch_size, 1, MAX_BATCH)
     rows: list[dict[str, object]] = []
     for name in models:
         workload = get_workload(name)

@@ -1,0 +1,68 @@
+"""The crossover in closed form: the device count N* at which communication stops hiding.
+
+A strategy's `CrossoverTerms` (k model-sized transfers, A latencies per extra device)
+and the compute it hides behind (c0 + c*G/N on each of N devices) meet where
+c0 + c*G/N = k*S/B + A*alpha*N. `planner.crossover` puts N* next to the simulated one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dpsim.hardware import Link
+from dpsim.strategies.base import MAX_ALPHA_TERMS, MAX_TRANSFERS
+from dpsim.strategies.inputs import MAX_BATCH, MAX_COUNT, require_link
+from dpsim.validation import require_finite, require_int
+
+MAX_SECONDS = 1e6  # a compute time in the formula (11.6 days)
+
+
+def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
+                      alpha_terms: int, link: Link, c0_s: float = 0.0) -> float:
+    """Solve c0 + c*G/N = k*S/B + A*alpha*N for N (ring collectives, (N-1)/N ~ 1):
+    A*alpha*N^2 + (k*S/B - c0)*N - c*G = 0.
+
+    With c0 = 0 and alpha = 0 it is N* = c*G*B/(k*S): the devices at which the compute per
+    device, shrinking as 1/N, falls to the fixed time of moving k copies of the model.
+    ValueError when no N solves it: no latency term and c0 covers the whole transfer.
+    """
+    require_finite("c_s", c_s, 0, MAX_SECONDS)
+    require_int("global_batch", global_batch, 1, MAX_BATCH)
+    require_finite("k", k, 0, MAX_TRANSFERS, low_inclusive=False)
+    require_int("model_bytes", model_bytes, 0, MAX_COUNT)
+    require_int("alpha_terms", alpha_terms, 0, MAX_ALPHA_TERMS)
+    require_link(link)
+    require_finite("c0_s", c0_s, 0, MAX_SECONDS)
+    n_star = solve_crossover(c_s, global_batch, k, model_bytes, alpha_terms, link, c0_s)
+    if n_star is not None:
+        return n_star
+    transfer_s = k * model_bytes / (link.bandwidth_GBps * 1e9)
+    if model_bytes == 0:
+        raise ValueError("model_bytes=0 leaves nothing to send and alpha_terms * "
+                         "link.latency_us = 0, so no N solves the formula; allowed: "
+                         "model_bytes >= 1 or a latency term")
+    raise ValueError(f"c0_s={c0_s!r} covers the whole transfer k*S/B = {transfer_s:.6g} s at "
+                     "every N and alpha_terms * link.latency_us = 0, so no N solves the "
+                     f"formula; allowed < {transfer_s:.6g}")
+
+
+def solve_crossover(c_s: float, global_batch: int, k: float, model_bytes: int,
+                    alpha_terms: int, link: Link, c0_s: float) -> float | None:
+    """N* >= 0 of the crossover formula; None when none exists (see `crossover_formula`)."""
+    beta_s = k * model_bytes / (link.bandwidth_GBps * 1e9) - c0_s
+    a_s = alpha_terms * link.latency_us * 1e-6
+    cg = c_s * global_batch
+    if not (math.isfinite(beta_s) and math.isfinite(a_s)):
+        n_star = math.inf
+    elif a_s == 0:
+        if beta_s <= 0:
+            return None
+        n_star = cg / beta_s
+    elif abs(beta_s) < 1e150:  # beta_s**2 stays a float
+        n_star = max(0.0, (-beta_s + math.sqrt(beta_s**2 + 4 * a_s * cg)) / (2 * a_s))
+    else:
+        n_star = max(0.0, (-beta_s + math.hypot(beta_s, 2 * math.sqrt(a_s * cg))) / (2 * a_s))
+    if not math.isfinite(n_star):
+        raise ValueError(f"link={link!r} gives N* = {n_star!r}; allowed: a link whose "
+                         "bandwidth_GBps and latency_us give a finite N*")
+    return n_star
