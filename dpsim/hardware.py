@@ -10,9 +10,19 @@ import math
 import os
 from dataclasses import dataclass, replace
 
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.validation import require_choice, require_finite, require_int, require_type
 
 GiB = 1024**3
+
+# Bounds of a description: wide enough for any real machine, tight enough that every time the
+# simulator derives from them (a count of at most MAX_COUNT over a rate) stays finite.
+MAX_MEMORY_GIB = 2**30  # memory_GiB: an exbibyte per device
+MIN_RATE, MAX_RATE = 1e-6, 10**12  # TFLOP/s and GB/s: 1 MFLOP/s (1 kB/s) .. 1e24 FLOP/s (1 ZB/s)
+MAX_OVERHEAD_US = 10**9  # op_overhead_us and latency_us: 1000 s per operator or message
+MIN_EFFICIENCY = 1e-6  # fraction of peak reached; at most 1
+MAX_DEVICES_PER_NODE, MAX_NODES = 1024, 4096
+MAX_WORLD_SIZE = MAX_DEVICES_PER_NODE * MAX_NODES
+MAX_CORES = 1 << 16  # cpu_device(n_cores)
 
 
 @dataclass(frozen=True)
@@ -29,13 +39,14 @@ class Device:
     efficiency: float = 0.6  # fraction of peak FLOP/s reached by large matmuls
 
     def __post_init__(self) -> None:
+        require_type("name", self.name, str)
         require_choice("kind", self.kind, ("gpu", "cpu"))
-        require_range("memory_GiB", self.memory_GiB, 0, low_inclusive=False)
-        require_range("fp32_tflops", self.fp32_tflops, 0, low_inclusive=False)
-        require_range("bf16_tflops", self.bf16_tflops, 0, low_inclusive=False)
-        require_range("mem_bw_GBps", self.mem_bw_GBps, 0, low_inclusive=False)
-        require_range("op_overhead_us", self.op_overhead_us, 0)
-        require_range("efficiency", self.efficiency, 0, 1, low_inclusive=False)
+        require_finite("memory_GiB", self.memory_GiB, 0, MAX_MEMORY_GIB, low_inclusive=False)
+        require_finite("fp32_tflops", self.fp32_tflops, MIN_RATE, MAX_RATE)
+        require_finite("bf16_tflops", self.bf16_tflops, MIN_RATE, MAX_RATE)
+        require_finite("mem_bw_GBps", self.mem_bw_GBps, MIN_RATE, MAX_RATE)
+        require_finite("op_overhead_us", self.op_overhead_us, 0, MAX_OVERHEAD_US)
+        require_finite("efficiency", self.efficiency, MIN_EFFICIENCY, 1)
 
     @property
     def memory_bytes(self) -> int:
@@ -57,8 +68,9 @@ class Link:
     latency_us: float  # per message (alpha in the alpha-beta model)
 
     def __post_init__(self) -> None:
-        require_range("bandwidth_GBps", self.bandwidth_GBps, 0, low_inclusive=False)
-        require_range("latency_us", self.latency_us, 0)
+        require_type("name", self.name, str)
+        require_finite("bandwidth_GBps", self.bandwidth_GBps, MIN_RATE, MAX_RATE)
+        require_finite("latency_us", self.latency_us, 0, MAX_OVERHEAD_US)
 
 
 @dataclass(frozen=True)
@@ -73,8 +85,13 @@ class Cluster:
     inter_node: Link | None = None  # between nodes (InfiniBand, Ethernet); None for one node
 
     def __post_init__(self) -> None:
-        require_int("devices_per_node", self.devices_per_node, 1, 1024)
-        require_int("n_nodes", self.n_nodes, 1, 4096)
+        require_type("name", self.name, str)
+        require_type("device", self.device, Device)
+        require_int("devices_per_node", self.devices_per_node, 1, MAX_DEVICES_PER_NODE)
+        require_int("n_nodes", self.n_nodes, 1, MAX_NODES)
+        require_type("intra_node", self.intra_node, Link)
+        if self.inter_node is not None:
+            require_type("inter_node", self.inter_node, Link)
         if self.n_nodes > 1 and self.inter_node is None:
             raise ValueError(
                 f"inter_node=None with n_nodes={self.n_nodes}; give an inter-node Link"
@@ -94,7 +111,7 @@ class Cluster:
 
     def with_devices(self, n_devices: int) -> Cluster:
         """The same kind of cluster resized to `n_devices` (filling nodes first)."""
-        require_int("n_devices", n_devices, 1, 1024 * 4096)
+        require_int("n_devices", n_devices, 1, self.devices_per_node * MAX_NODES)
         if n_devices <= self.devices_per_node:
             return replace(self, devices_per_node=n_devices, n_nodes=1)
         n_nodes = math.ceil(n_devices / self.devices_per_node)
@@ -150,18 +167,23 @@ def get_device(name: str) -> Device:
     """A device preset by name (see DEVICES), or "this-cpu" for this machine's CPU."""
     if name == "this-cpu":
         return cpu_device()
-    require_choice("device", name, [*DEVICES, "this-cpu"])
+    require_choice("name", name, [*DEVICES, "this-cpu"])
     return DEVICES[name]
 
 
 def get_cluster(name: str) -> Cluster:
     """A cluster preset by name (see CLUSTERS; `dpsim.runtime.machine.detect` for this one)."""
-    require_choice("cluster", name, CLUSTERS)
+    require_choice("name", name, CLUSTERS)
     return CLUSTERS[name]
 
 
 def cpu_device(n_cores: int | None = None) -> Device:
-    """This machine's CPU with nominal (uncalibrated) throughput: ~50 GFLOP/s fp32 per core."""
+    """This machine's CPU with nominal (uncalibrated) throughput: ~50 GFLOP/s fp32 per core.
+
+    `n_cores` (1..MAX_CORES) overrides the number of cores; None counts this machine's.
+    """
+    if n_cores is not None:
+        require_int("n_cores", n_cores, 1, MAX_CORES)
     cores = n_cores or os.cpu_count() or 1
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB

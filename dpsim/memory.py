@@ -9,13 +9,24 @@ precision keeps 16-bit parameters and gradients and an fp32 master copy with the
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
-from dpsim.validation import require_choice, require_int
+from dpsim.hardware import MAX_WORLD_SIZE
+from dpsim.validation import (
+    MAX_COUNT,
+    MAX_TOTAL_BYTES,
+    require_bool,
+    require_choice,
+    require_int,
+    require_type,
+)
 from dpsim.workload import DTYPE_BYTES, Workload
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations")
 STEP_BYTES = 4  # torch.optim.Adam keeps `step` as a float32 tensor per parameter tensor
+MAX_BYTES_PER_PARAM = 1024  # param_bytes, grad_bytes, optimizer_bytes of the ZeRO calculator
+MAX_NDIM = 64  # dimensions of a parameter's shape
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,10 @@ class MemoryBreakdown:
     gradients: int = 0
     optimizer: int = 0
     activations: int = 0
+
+    def __post_init__(self) -> None:
+        for name in CATEGORIES:
+            require_int(name, getattr(self, name), 0, MAX_TOTAL_BYTES)
 
     @property
     def model_states(self) -> int:
@@ -53,7 +68,11 @@ def optimizer_state_bytes(
 
     Without mixed precision the moments are stored in the parameters' dtype `state_dtype`.
     """
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
     require_choice("optimizer", optimizer, OPTIMIZERS)
+    require_bool("mixed_precision", mixed_precision)
+    require_choice("state_dtype", state_dtype, DTYPE_BYTES)
     moments = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}[optimizer]
     steps = n_param_tensors * STEP_BYTES if optimizer in ("adam", "adamw") else 0
     width = 4 if mixed_precision else DTYPE_BYTES[state_dtype]
@@ -74,9 +93,10 @@ def model_state_bytes(
     With mixed_precision the working copy is `dtype` (bf16 or fp16) and the optimizer keeps
     an fp32 master copy; without it, everything is stored in `dtype`.
     """
-    require_int("n_params", n_params, 0)
-    require_int("n_param_tensors", n_param_tensors, 0)
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
     require_choice("dtype", dtype, DTYPE_BYTES)
+    require_bool("mixed_precision", mixed_precision)  # the optimizer: optimizer_state_bytes
     if mixed_precision and dtype == "fp32":
         raise ValueError("dtype='fp32' with mixed_precision=True; allowed: dtype 'bf16' or 'fp16'")
     width = DTYPE_BYTES[dtype]
@@ -90,6 +110,7 @@ def model_state_bytes(
 
 def bytes_per_param(optimizer: str = "adam", mixed_precision: bool = False) -> int:
     """Model-state bytes per parameter (ignoring per-tensor `step` scalars): 16 for mixed Adam."""
+    require_bool("mixed_precision", mixed_precision)
     dtype = "bf16" if mixed_precision else "fp32"
     b = model_state_bytes(1, 0, dtype=dtype, optimizer=optimizer, mixed_precision=mixed_precision)
     return b.model_states
@@ -104,6 +125,7 @@ def predict_single(
     mixed_precision: bool = False,
 ) -> MemoryBreakdown:
     """Peak-of-step memory on one device: model states plus the activations of a batch."""
+    require_type("workload", workload, Workload)
     states = model_state_bytes(workload.n_params, workload.n_param_tensors, dtype=dtype,
                                optimizer=optimizer, mixed_precision=mixed_precision)
     act = workload.activation_bytes(batch_size, dtype)
@@ -119,8 +141,10 @@ def max_batch_size(
     mixed_precision: bool = False,
     limit: int = 1 << 20,
 ) -> int:
-    """Largest batch whose predicted memory fits `memory_bytes` (0 if even the states don't)."""
-    require_int("memory_bytes", memory_bytes, 0)
+    """Largest batch (<= `limit`) whose predicted memory fits `memory_bytes` (0 if states don't)."""
+    require_type("workload", workload, Workload)
+    require_int("memory_bytes", memory_bytes, 0, MAX_COUNT)
+    require_int("limit", limit, 0, MAX_COUNT)
     states = predict_single(workload, 0, optimizer=optimizer, dtype=dtype,
                             mixed_precision=mixed_precision).model_states
     per_sample = workload.activation_bytes(1, dtype)
@@ -146,12 +170,26 @@ def zero_bytes_per_device(
     """Model states per device under ZeRO `stage` (0 = DDP), in bytes.
 
     Stage 1 shards the optimizer state, stage 2 also the gradients, stage 3 also the
-    parameters (FSDP's FULL_SHARD). Defaults are mixed-precision Adam (2 + 2 + 12).
+    parameters (FSDP's FULL_SHARD). Defaults are mixed-precision Adam (2 + 2 + 12);
+    each of the three is 0..MAX_BYTES_PER_PARAM bytes per parameter.
     """
-    require_int("n_params", n_params, 0)
-    require_int("world_size", world_size, 1)
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    _check_zero(world_size, stage, param_bytes, grad_bytes, optimizer_bytes)
+    return _zero_states(n_params, world_size, stage, param_bytes, grad_bytes, optimizer_bytes)
+
+
+def _check_zero(world_size: int, stage: int, param_bytes: int, grad_bytes: int,
+                optimizer_bytes: int) -> None:
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    require_int("stage", stage)
     require_choice("stage", stage, ZERO_STAGES)
-    n = world_size
+    require_int("param_bytes", param_bytes, 0, MAX_BYTES_PER_PARAM)
+    require_int("grad_bytes", grad_bytes, 0, MAX_BYTES_PER_PARAM)
+    require_int("optimizer_bytes", optimizer_bytes, 0, MAX_BYTES_PER_PARAM)
+
+
+def _zero_states(n_params: int, n: int, stage: int, param_bytes: int, grad_bytes: int,
+                 optimizer_bytes: int) -> MemoryBreakdown:
     return MemoryBreakdown(
         parameters=param_bytes * n_params // (n if stage >= 3 else 1),
         gradients=grad_bytes * n_params // (n if stage >= 2 else 1),
@@ -166,6 +204,7 @@ PRECISIONS = ("fp32", "mixed", "bf16")  # fp32; bf16 working copy + fp32 master;
 
 def precision_dtype(precision: str) -> str:
     """Dtype of compute, working parameters and gradients: "fp32", else "bf16"."""
+    require_choice("precision", precision, PRECISIONS)
     return "fp32" if precision == "fp32" else "bf16"
 
 
@@ -185,8 +224,9 @@ def precision_bytes_per_param(precision: str = "mixed", optimizer: str = "adam"
 
 def zero_sharded_fraction(stage: int, world_size: int) -> tuple[float, float, float]:
     """Fraction of (parameters, gradients, optimizer) one device keeps under ZeRO `stage`."""
+    require_int("stage", stage)
     require_choice("stage", stage, ZERO_STAGES)
-    require_int("world_size", world_size, 1)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     n = world_size
     return (1 / n if stage >= 3 else 1.0, 1 / n if stage >= 2 else 1.0,
             1 / n if stage >= 1 else 1.0)
@@ -195,28 +235,28 @@ def zero_sharded_fraction(stage: int, world_size: int) -> tuple[float, float, fl
 def max_params_that_fit(memory_bytes: int, world_size: int, stage: int, *,
                         param_bytes: int = 2, grad_bytes: int = 2, optimizer_bytes: int = 12,
                         reserved_bytes: int = 0) -> int:
-    """Largest n_params whose ZeRO model states fit `memory_bytes - reserved_bytes` per device."""
-    require_int("memory_bytes", memory_bytes, 0)
-    require_int("reserved_bytes", reserved_bytes, 0)
+    """Largest n_params (at most MAX_COUNT) whose ZeRO model states fit
+    `memory_bytes - reserved_bytes` per device."""
+    require_int("memory_bytes", memory_bytes, 0, MAX_COUNT)
+    _check_zero(world_size, stage, param_bytes, grad_bytes, optimizer_bytes)
+    require_int("reserved_bytes", reserved_bytes, 0, MAX_COUNT)
     budget = memory_bytes - reserved_bytes
-    fp, fg, fo = zero_sharded_fraction(stage, world_size)
-    per_param = param_bytes * fp + grad_bytes * fg + optimizer_bytes * fo
+    n = world_size
+    per_param = (Fraction(param_bytes, n if stage >= 3 else 1)
+                 + Fraction(grad_bytes, n if stage >= 2 else 1)
+                 + Fraction(optimizer_bytes, n if stage >= 1 else 1))  # exact, no rounding
     if budget < 0 or per_param <= 0:
         return 0
 
     def used(k: int) -> int:
-        return zero_bytes_per_device(k, world_size, stage, param_bytes=param_bytes,
-                                     grad_bytes=grad_bytes,
-                                     optimizer_bytes=optimizer_bytes).model_states
+        return _zero_states(k, n, stage, param_bytes, grad_bytes, optimizer_bytes).model_states
 
     # k * per_param - 3 < used(k) <= k * per_param (three floors): search between the two
     lo, hi = int(budget / per_param), int((budget + 3) / per_param) + 2
-    while lo > 0 and used(lo) > budget:  # float rounding of budget / per_param
-        lo -= 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if used(mid) <= budget else (lo, mid)
-    return lo
+    return min(lo, MAX_COUNT)
 
 
 def checkpointed_activation_bytes(workload: Workload, batch_size: int,
@@ -226,7 +266,10 @@ def checkpointed_activation_bytes(workload: Workload, batch_size: int,
     Each layer keeps only its input (the previous layer's output) plus one layer's
     recomputed activations at a time, plus the loss's.
     """
-    require_int("batch_size", batch_size, 0)
+    require_type("workload", workload, Workload)
+    require_int("batch_size", batch_size, 0, MAX_COUNT)
+    if dtype is not None:
+        require_choice("dtype", dtype, DTYPE_BYTES)
     scale = DTYPE_BYTES[dtype or workload.dtype] / DTYPE_BYTES[workload.dtype]
     inputs = workload.input_bytes + sum(layer.output_bytes for layer in workload.layers[:-1])
     largest = max((layer.activation_bytes for layer in workload.layers), default=0)
@@ -238,33 +281,48 @@ def checkpointed_activation_bytes(workload: Workload, batch_size: int,
 
 def fsdp_shard_rows(dim0: int, world_size: int, rank: int) -> int:
     """Rows of a parameter's dim 0 that `rank` holds: torch.chunk into ceil(dim0/N) rows."""
-    require_int("dim0", dim0, 0)
-    require_int("world_size", world_size, 1)
+    require_int("dim0", dim0, 0, MAX_COUNT)
+    _check_rank(world_size, rank)
+    return _rows(dim0, world_size, rank)
+
+
+def _check_rank(world_size: int, rank: int) -> None:
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     require_int("rank", rank, 0, world_size - 1)
+
+
+def _rows(dim0: int, world_size: int, rank: int) -> int:
     chunk = -(-dim0 // world_size)
     return max(0, min(chunk, dim0 - rank * chunk))
 
 
-def _rest(shape: tuple[int, ...]) -> tuple[int, int]:
+def _rest(shape: tuple[int, ...], field: str = "shape") -> tuple[int, int]:
+    """(dim 0, product of the other dimensions) of a shape (() is a scalar: (1, 1))."""
+    require_type(field, shape, (tuple, list))
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"{field}=<{len(shape)} dimensions> has too many dimensions; "
+                         f"allowed: at most {MAX_NDIM}")
     dims = tuple(shape) or (1,)
-    for d in dims:
-        require_int("shape dimension", d, 0)
+    for i, d in enumerate(dims):
+        require_int(f"{field}[{i}]", d, 0, MAX_COUNT)
     rest = 1
     for d in dims[1:]:
         rest *= d
+    require_int(f"{field} (elements)", dims[0] * rest, 0, MAX_COUNT)
     return dims[0], rest
 
 
 def fsdp_shard_numel(shape: tuple[int, ...], world_size: int, rank: int) -> int:
     """Elements of `rank`'s shard of a parameter of `shape` (unpadded, what .to_local() holds)."""
     dim0, rest = _rest(shape)
-    return fsdp_shard_rows(dim0, world_size, rank) * rest
+    _check_rank(world_size, rank)
+    return _rows(dim0, world_size, rank) * rest
 
 
 def fsdp_padded_shard_numel(shape: tuple[int, ...], world_size: int) -> int:
     """Elements each rank allocates for a parameter's shard: ceil(dim0/N) rows, padding included."""
     dim0, rest = _rest(shape)
-    require_int("world_size", world_size, 1)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     return -(-dim0 // world_size) * rest
 
 
@@ -278,11 +336,19 @@ def fsdp_rank_bytes(param_shapes: list[tuple[int, ...]], world_size: int, rank: 
     parameter on every rank, while optimizer moments are the size of the local shard.
     Adam's `step` is a 4-byte tensor per parameter.
     """
+    require_type("param_shapes", param_shapes, (tuple, list))
+    _check_rank(world_size, rank)
     require_choice("dtype", dtype, DTYPE_BYTES)
     require_choice("optimizer", optimizer, OPTIMIZERS)
+    require_bool("padded", padded)
     width = DTYPE_BYTES[dtype]
-    local = sum(fsdp_shard_numel(s, world_size, rank) for s in param_shapes)
-    held = sum(fsdp_padded_shard_numel(s, world_size) for s in param_shapes) if padded else local
+    local = held = 0
+    for i, shape in enumerate(param_shapes):
+        dim0, rest = _rest(shape, f"param_shapes[{i}]")
+        local += _rows(dim0, world_size, rank) * rest
+        held += -(-dim0 // world_size) * rest if padded else 0
+    require_int("param_shapes (elements of the local shards)", local, 0, MAX_COUNT)
+    held = held if padded else local
     return MemoryBreakdown(
         parameters=held * width,
         gradients=held * width,

@@ -6,14 +6,29 @@ each category a device held at a time). Times are seconds from the start of the 
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from contextlib import suppress
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
 
-from dpsim.validation import require_choice
+from dpsim.hardware import MAX_WORLD_SIZE
+from dpsim.validation import (
+    MAX_SECONDS,
+    MAX_TOTAL_BYTES,
+    require_choice,
+    require_finite,
+    require_int,
+    require_type,
+    within,
+)
 
+T = TypeVar("T")
+_PLAIN = (int, float)  # exact types of a time that take the fast path (not bool)
 SOURCES = ("simulated", "measured")
+MAX_DEVICE = MAX_WORLD_SIZE - 1  # device: a rank or device index, 0..MAX_DEVICE
+# Times are seconds from the start of the step, 0..MAX_SECONDS; bytes 0..MAX_TOTAL_BYTES.
 
 
 @dataclass(frozen=True)
@@ -29,6 +44,19 @@ class Event:
     label: str = ""  # e.g. the layer or bucket name
 
     def __post_init__(self) -> None:
+        if (type(self.device) is int and 0 <= self.device <= MAX_DEVICE
+                and type(self.stream) is str and type(self.kind) is str
+                and type(self.label) is str and type(self.nbytes) is int
+                and 0 <= self.nbytes <= MAX_TOTAL_BYTES and type(self.start_s) in _PLAIN
+                and type(self.end_s) in _PLAIN and 0 <= self.start_s <= self.end_s <= MAX_SECONDS):
+            return  # the common case: every field plain and in range
+        require_int("device", self.device, 0, MAX_DEVICE)
+        require_type("stream", self.stream, str)
+        require_type("kind", self.kind, str)
+        require_finite("start_s", self.start_s, 0, MAX_SECONDS)
+        require_finite("end_s", self.end_s, 0, MAX_SECONDS)
+        require_int("nbytes", self.nbytes, 0, MAX_TOTAL_BYTES)
+        require_type("label", self.label, str)
         if self.end_s < self.start_s:
             raise ValueError(
                 f"end_s={self.end_s} is before start_s={self.start_s}; allowed: end_s >= start_s"
@@ -49,6 +77,17 @@ class MemorySample:
     category: str  # "parameters", "gradients", "optimizer", "activations", ...
     nbytes: int
 
+    def __post_init__(self) -> None:
+        if (type(self.device) is int and 0 <= self.device <= MAX_DEVICE
+                and type(self.category) is str and type(self.nbytes) is int
+                and 0 <= self.nbytes <= MAX_TOTAL_BYTES and type(self.time_s) in _PLAIN
+                and 0 <= self.time_s <= MAX_SECONDS):
+            return  # the common case
+        require_int("device", self.device, 0, MAX_DEVICE)
+        require_finite("time_s", self.time_s, 0, MAX_SECONDS)
+        require_type("category", self.category, str)
+        require_int("nbytes", self.nbytes, 0, MAX_TOTAL_BYTES)
+
 
 @dataclass
 class Trace:
@@ -61,16 +100,31 @@ class Trace:
 
     def __post_init__(self) -> None:
         require_choice("source", self.source, SOURCES)
+        require_type("events", self.events, list)
+        for i, event in enumerate(self.events):
+            require_type(f"events[{i}]", event, Event)
+        require_type("memory", self.memory, list)
+        for i, sample in enumerate(self.memory):
+            require_type(f"memory[{i}]", sample, MemorySample)
+        require_type("meta", self.meta, dict)
 
     # --- building ----------------------------------------------------------------------
     def add(self, event: Event) -> Event:
         """Append an event and return it."""
+        if type(event) is not Event:
+            require_type("event", event, Event)
         self.events.append(event)
         return event
 
-    def sample(self, device: int, time_s: float, category: str, nbytes: int) -> None:
-        """Record that `device` holds `nbytes` of `category` from `time_s` on."""
-        self.memory.append(MemorySample(device, time_s, category, int(nbytes)))
+    def sample(self, device: int, time_s: float, category: str, nbytes: float) -> None:
+        """Record that `device` holds `nbytes` of `category` from `time_s` on (a float is
+        truncated to whole bytes)."""
+        if isinstance(nbytes, float):
+            nbytes = int(require_finite("nbytes", nbytes, 0, MAX_TOTAL_BYTES))
+        elif not isinstance(nbytes, (bool, int)):
+            with suppress(TypeError):  # numpy and torch integers become ints, as int() did
+                nbytes = operator.index(nbytes)
+        self.memory.append(MemorySample(device, time_s, category, nbytes))
 
     # --- reading -----------------------------------------------------------------------
     @property
@@ -87,6 +141,7 @@ class Trace:
         self, device: int | None = None, stream: str | None = None, kind: str | None = None
     ) -> list[Event]:
         """Events matching every given field."""
+        _query(device, stream=stream, kind=kind)
         return [
             e
             for e in self.events
@@ -97,11 +152,14 @@ class Trace:
 
     def busy_s(self, device: int, stream: str) -> float:
         """Seconds in which `stream` on `device` has at least one event (overlaps merged)."""
+        _query(device, required=True)
+        require_type("stream", stream, str)
         spans = sorted((e.start_s, e.end_s) for e in self.filter(device=device, stream=stream))
         return _union_length(spans)
 
     def memory_timeline(self, device: int) -> list[tuple[float, dict[str, int]]]:
         """(time_s, bytes per category) after each change on `device`, in time order."""
+        _query(device, required=True)
         current: dict[str, int] = {}
         out: list[tuple[float, dict[str, int]]] = []
         for m in sorted((m for m in self.memory if m.device == device), key=lambda m: m.time_s):
@@ -125,6 +183,7 @@ class Trace:
 
     def totals_by_kind(self, device: int | None = None) -> dict[str, float]:
         """Seconds of events per kind (not overlap-merged)."""
+        _query(device)
         out: dict[str, float] = defaultdict(float)
         for e in self.filter(device=device):
             out[e.kind] += e.duration_s
@@ -143,12 +202,38 @@ class Trace:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trace:
         """Inverse of to_dict."""
+        require_type("data", data, dict)
         return cls(
             source=data.get("source", "simulated"),
-            events=[Event(**e) for e in data.get("events", [])],
-            memory=[MemorySample(**m) for m in data.get("memory", [])],
-            meta=dict(data.get("meta", {})),
+            events=_rebuild(Event, "events", data.get("events", [])),
+            memory=_rebuild(MemorySample, "memory", data.get("memory", [])),
+            meta=dict(require_type("meta", data.get("meta", {}), dict)),
         )
+
+
+def _rebuild(cls: type[T], key: str, rows: object) -> list[T]:
+    """Events or memory samples from the dicts of `to_dict`, each error naming its row."""
+    checked: list[Any] = require_type(key, rows, list)  # type: ignore[arg-type]
+    out = []
+    for i, row in enumerate(checked):
+        require_type(f"{key}[{i}]", row, dict)
+        try:
+            with within(f"{key}[{i}]"):
+                out.append(cls(**row))
+        except TypeError:
+            names = ", ".join(f.name for f in fields(cls))  # type: ignore[arg-type]
+            raise ValueError(f"{key}[{i}]={row!r} does not have the fields of a "
+                             f"{cls.__name__}; allowed: {names}") from None
+    return out
+
+
+def _query(device: int | None, *, required: bool = False, **names: str | None) -> None:
+    """Check the arguments of a reading method: a device index, stream and kind names."""
+    if device is not None or required:
+        require_int("device", device, 0, MAX_DEVICE)  # type: ignore[arg-type]
+    for key, name in names.items():
+        if name is not None:
+            require_type(key, name, str)
 
 
 def _union_length(spans: Iterable[tuple[float, float]]) -> float:

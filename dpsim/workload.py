@@ -11,9 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.validation import require_choice, require_int
+from dpsim.validation import (
+    MAX_COUNT,
+    require_bool,
+    require_choice,
+    require_finite,
+    require_int,
+    require_type,
+)
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+# Bounds: every count of a Layer or a Workload (parameters, tensors, bytes, samples) is at most
+# MAX_COUNT, also summed over the layers; a layer does at most MAX_FLOPS forward FLOPs per
+# sample. `transformer` takes at most MAX_LAYERS blocks and sizes up to MAX_DIM, so that it
+# returns within a second and its model stays within those bounds.
+MAX_FLOPS = 1e30
+MAX_LAYERS = 10_000
+MAX_DIM = 1 << 20
 
 # What each layer type keeps for its backward pass (PyTorch's autograd formulas).
 SAVES: dict[str, str] = {
@@ -51,6 +66,15 @@ class Layer:
     output_bytes: int  # bytes of the output per sample
     flops: float  # forward FLOPs per sample
 
+    def __post_init__(self) -> None:
+        require_type("name", self.name, str)
+        require_type("kind", self.kind, str)
+        require_int("n_params", self.n_params, 0, MAX_COUNT)
+        require_int("n_param_tensors", self.n_param_tensors, 0, MAX_COUNT)
+        require_int("activation_bytes", self.activation_bytes, 0, MAX_COUNT)
+        require_int("output_bytes", self.output_bytes, 0, MAX_COUNT)
+        require_finite("flops", self.flops, 0, MAX_FLOPS)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -62,6 +86,24 @@ class Workload:
     input_bytes: int = 0  # bytes of one input sample
     loss_bytes: int = 0  # bytes the loss keeps for backward, per sample
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        require_type("name", self.name, str)
+        require_type("layers", self.layers, (tuple, list))
+        for i, layer in enumerate(self.layers):
+            require_type(f"layers[{i}]", layer, Layer)
+        require_choice("dtype", self.dtype, DTYPE_BYTES)
+        require_int("input_bytes", self.input_bytes, 0, MAX_COUNT)
+        require_int("loss_bytes", self.loss_bytes, 0, MAX_COUNT)
+        require_type("meta", self.meta, dict)
+        # totals over the layers stay within the bounds of one layer's counts
+        require_int("sum(layers[*].n_params)", self.n_params, 0, MAX_COUNT)
+        require_int("sum(layers[*].n_param_tensors)", self.n_param_tensors, 0, MAX_COUNT)
+        require_int("sum(layers[*].activation_bytes) + loss_bytes", self._act_per_sample(), 0,
+                    MAX_COUNT)
+
+    def _act_per_sample(self) -> int:
+        return sum(layer.activation_bytes for layer in self.layers) + self.loss_bytes
 
     @property
     def n_params(self) -> int:
@@ -85,13 +127,12 @@ class Workload:
 
     def activation_bytes(self, batch_size: int, dtype: str | None = None) -> int:
         """Bytes kept for backward by a batch, including the loss's, in `dtype`."""
-        require_int("batch_size", batch_size, 0)
-        per_sample = sum(layer.activation_bytes for layer in self.layers) + self.loss_bytes
-        return int(per_sample * batch_size * _scale(self.dtype, dtype))
+        require_int("batch_size", batch_size, 0, MAX_COUNT)
+        return int(self._act_per_sample() * batch_size * _scale(self.dtype, dtype))
 
     def output_bytes(self, batch_size: int, dtype: str | None = None) -> int:
         """Bytes of the model's output for a batch (what DataParallel gathers)."""
-        require_int("batch_size", batch_size, 0)
+        require_int("batch_size", batch_size, 0, MAX_COUNT)
         last = self.layers[-1].output_bytes if self.layers else 0
         return int(last * batch_size * _scale(self.dtype, dtype))
 
@@ -121,11 +162,12 @@ def transformer(
     """A decoder-only transformer, per sample of `seq_len` tokens, activations in bf16.
 
     Activations per block follow Korthikanti et al. (2022) with flash attention:
-    34 * seq_len * d_model bytes in 16-bit precision.
+    34 * seq_len * d_model bytes in 16-bit precision. Bounds: 1 <= n_layers <= MAX_LAYERS;
+    d_model, seq_len, vocab and d_ff (default 4 * d_model) in 1..MAX_DIM; n_heads in
+    1..d_model; n_kv_heads (default n_heads) in 1..n_heads.
     """
-    for fname, val in (("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads),
-                       ("seq_len", seq_len), ("vocab", vocab)):
-        require_int(fname, val, 1)
+    _check_transformer(name, n_layers, d_model, n_heads, seq_len, vocab, d_ff, n_kv_heads,
+                       gated_mlp)
     d_ff = d_ff or 4 * d_model
     kv = n_kv_heads or n_heads
     d_kv = d_model * kv // n_heads
@@ -151,6 +193,24 @@ def transformer(
     return Workload(name, tuple(layers), dtype="bf16", input_bytes=8 * s, loss_bytes=4 * s * vocab,
                     meta={"seq_len": seq_len, "d_model": d_model, "n_layers": n_layers,
                           "formula": "transformer"})
+
+
+def _check_transformer(name: str, n_layers: int, d_model: int, n_heads: int, seq_len: int,
+                       vocab: int, d_ff: int | None, n_kv_heads: int | None,
+                       gated_mlp: bool) -> None:
+    require_type("name", name, str)
+    require_int("n_layers", n_layers, 1, MAX_LAYERS)
+    for fname, val in (("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len),
+                       ("vocab", vocab)):
+        require_int(fname, val, 1, MAX_DIM)
+    if n_heads > d_model:
+        raise ValueError(f"n_heads={n_heads!r} is more than d_model={d_model}; allowed: "
+                         "1..d_model (a head has at least one dimension)")
+    if d_ff is not None:
+        require_int("d_ff", d_ff, 1, MAX_DIM)
+    if n_kv_heads is not None:
+        require_int("n_kv_heads", n_kv_heads, 1, n_heads)
+    require_bool("gated_mlp", gated_mlp)
 
 
 def resnet50() -> Workload:
@@ -186,6 +246,6 @@ PRESETS = tuple(_presets())
 
 def get_workload(name: str) -> Workload:
     """A preset workload by name (see PRESETS)."""
-    require_choice("model", name, PRESETS)
+    require_choice("name", name, PRESETS)
     workload: Workload = _presets()[name]()
     return workload

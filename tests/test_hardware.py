@@ -1,17 +1,32 @@
+import math
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
+from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import (
     CLUSTERS,
     DEVICES,
     H100_80GB,
     INFINIBAND_NDR,
+    MAX_OVERHEAD_US,
+    MAX_RATE,
+    MIN_EFFICIENCY,
+    MIN_RATE,
     NVLINK4,
+    Cluster,
     Device,
     Link,
+    cpu_device,
     get_cluster,
     get_device,
 )
 from dpsim.runtime.machine import detect
+from dpsim.validation import MAX_COUNT
+from dpsim.workload import MAX_FLOPS, Layer
 
 
 def test_presets_have_the_documented_shapes() -> None:
@@ -41,9 +56,9 @@ def test_with_devices_fills_nodes() -> None:
 
 
 def test_bad_presets_and_fields_raise_valueerror() -> None:
-    with pytest.raises(ValueError, match=r"device='h200'.*allowed"):
+    with pytest.raises(ValueError, match=r"name='h200'.*allowed"):
         get_device("h200")
-    with pytest.raises(ValueError, match="cluster='nope'"):
+    with pytest.raises(ValueError, match="name='nope'"):
         get_cluster("nope")
     with pytest.raises(ValueError, match="memory_GiB=-1"):
         Device("x", "gpu", -1, 1, 1, 1)
@@ -63,3 +78,97 @@ def test_detect_describes_this_machine() -> None:
     here = detect()
     assert here.world_size >= 1
     assert here.device.memory_GiB > 0
+
+
+NODE = CLUSTERS["h100-node"]
+GOOD_DEVICE: dict[str, Any] = {"name": "x", "kind": "gpu", "memory_GiB": 1.0, "fp32_tflops": 1.0,
+                               "bf16_tflops": 1.0, "mem_bw_GBps": 1.0}
+
+
+def _device(**bad: object) -> Device:
+    return Device(**{**GOOD_DEVICE, **bad})
+
+
+def _cluster(**bad: object) -> Cluster:
+    good: dict[str, Any] = {"name": "c", "device": H100_80GB, "devices_per_node": 8,
+                            "n_nodes": 2, "intra_node": NVLINK4, "inter_node": INFINIBAND_NDR}
+    return Cluster(**{**good, **bad})
+
+
+BAD_CALLS: list[tuple[str, Callable[[], object]]] = [
+    ("name", lambda: _device(name=3)),
+    ("kind", lambda: _device(kind="tpu")),
+    ("memory_GiB", lambda: _device(memory_GiB=math.nan)),
+    ("memory_GiB", lambda: _device(memory_GiB=2.0**31)),
+    ("fp32_tflops", lambda: _device(fp32_tflops=-1)),
+    ("fp32_tflops", lambda: _device(fp32_tflops=1e-300)),
+    ("bf16_tflops", lambda: _device(bf16_tflops=math.inf)),
+    ("bf16_tflops", lambda: _device(bf16_tflops="1")),
+    ("mem_bw_GBps", lambda: _device(mem_bw_GBps=True)),
+    ("mem_bw_GBps", lambda: _device(mem_bw_GBps=1e13)),
+    ("op_overhead_us", lambda: _device(op_overhead_us=math.inf)),
+    ("op_overhead_us", lambda: _device(op_overhead_us=-1)),
+    ("efficiency", lambda: _device(efficiency=0)),
+    ("efficiency", lambda: _device(efficiency=1.5)),
+    ("efficiency", lambda: _device(efficiency=math.nan)),
+    ("name", lambda: Link(None, 1, 1)),  # type: ignore[arg-type]
+    ("bandwidth_GBps", lambda: Link("x", math.inf, 1)),
+    ("bandwidth_GBps", lambda: Link("x", 0, 1)),
+    ("latency_us", lambda: Link("x", 1, math.inf)),
+    ("latency_us", lambda: Link("x", 1, -0.5)),
+    ("name", lambda: _cluster(name=b"c")),
+    ("device", lambda: _cluster(device="h100-80gb")),
+    ("devices_per_node", lambda: _cluster(devices_per_node=True)),
+    ("devices_per_node", lambda: _cluster(devices_per_node=8.0)),
+    ("n_nodes", lambda: _cluster(n_nodes=0)),
+    ("n_nodes", lambda: _cluster(n_nodes=10**6)),
+    ("intra_node", lambda: _cluster(intra_node="nvlink")),
+    ("inter_node", lambda: _cluster(inter_node=NVLINK4.bandwidth_GBps)),
+    ("inter_node", lambda: _cluster(inter_node=None)),
+    ("n_devices", lambda: NODE.with_devices(0)),
+    ("n_devices", lambda: NODE.with_devices(8 * 4096 + 8)),  # more nodes than a cluster has
+    ("n_devices", lambda: NODE.with_devices(True)),
+    ("n_devices", lambda: NODE.link_for(9)),
+    ("n_devices", lambda: NODE.link_for(2.0)),  # type: ignore[arg-type]
+    ("n_cores", lambda: cpu_device(0)),
+    ("n_cores", lambda: cpu_device(-4)),
+    ("n_cores", lambda: cpu_device(True)),
+    ("n_cores", lambda: cpu_device(10**9)),
+    ("dtype", lambda: H100_80GB.tflops("FP32")),
+    ("name", lambda: get_device(None)),  # type: ignore[arg-type]
+    ("name", lambda: get_cluster(["h100-node"])),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("field", "call"), BAD_CALLS,
+                         ids=[f"{i}-{field}" for i, (field, _) in enumerate(BAD_CALLS)])
+def test_bad_hardware_inputs_name_their_field(field: str, call: Callable[[], object]) -> None:
+    with pytest.raises(ValueError, match=rf"^{re.escape(field)}="):
+        call()
+
+
+def test_infinite_overhead_is_reported_as_not_finite() -> None:
+    with pytest.raises(ValueError, match=r"^op_overhead_us=inf is not finite; give a finite"):
+        _device(op_overhead_us=math.inf)
+    with pytest.raises(ValueError, match=r"^latency_us=inf is not finite; give a finite"):
+        Link("x", 1, math.inf)
+
+
+def test_presets_and_calibration_units_stay_within_the_bounds() -> None:
+    unit = Device("unit", "cpu", 1.0, 1e9, 1e9, 1e12, op_overhead_us=1.0, efficiency=1.0)
+    assert unit.mem_bw_GBps == 1e12  # runtime.calibrate's unit device
+    assert cpu_device(2).fp32_tflops == pytest.approx(0.1)
+    assert cpu_device(None).kind == "cpu"
+
+
+@pytest.mark.parametrize("rate", [MIN_RATE, MAX_RATE])
+@pytest.mark.parametrize("overhead_us", [0.0, MAX_OVERHEAD_US])
+def test_times_at_the_bounds_are_finite_and_not_negative(rate: float, overhead_us: float) -> None:
+    """The slowest and fastest devices allowed, on the largest layer: finite seconds."""
+    device = replace(H100_80GB, fp32_tflops=rate, bf16_tflops=rate, mem_bw_GBps=rate,
+                     op_overhead_us=overhead_us, efficiency=MIN_EFFICIENCY)
+    huge = Layer("huge", "Linear", MAX_COUNT, MAX_COUNT, MAX_COUNT, MAX_COUNT, MAX_FLOPS)
+    times = [forward_time_s(huge, MAX_COUNT, device, "fp32", "bf16"),
+             backward_time_s(huge, MAX_COUNT, device, "fp32", "bf16"),
+             optimizer_time_s(MAX_COUNT, MAX_COUNT, device, "adamw")]
+    assert all(math.isfinite(t) and t >= 0 for t in times)
