@@ -170,21 +170,22 @@ STRATEGY_CALLS: list[tuple[str, Callable[[], object], str]] = [
     ("single.simulate cluster", lambda: single.simulate(W, NODE, SingleConfig()),  # type: ignore[arg-type]
      "device"),
     ("single.simulate config", lambda: single.simulate(W, DEV, DDPConfig()), "config"),  # type: ignore[arg-type]
-    ("single.simulate nan flops", _single(flops=NAN), "workload.layers[0].flops"),
-    ("single.simulate inf flops", _single(flops=INF), "workload.layers[0].flops"),
-    ("single.simulate huge flops", _single(flops=1e300), "workload.layers[0].flops"),
-    ("single.simulate neg params", _single(n_params=-1), "workload.layers[0].n_params"),
-    ("single.simulate float bytes", _single(output_bytes=1.5), "workload.layers[0].output_bytes"),
+    # a bad Layer or Workload is refused where it is built, naming the dataclass field
+    ("single.simulate nan flops", _single(flops=NAN), "flops"),
+    ("single.simulate inf flops", _single(flops=INF), "flops"),
+    ("single.simulate huge flops", _single(flops=1e300), "flops"),
+    ("single.simulate neg params", _single(n_params=-1), "n_params"),
+    ("single.simulate float bytes", _single(output_bytes=1.5), "output_bytes"),
     ("single.simulate bool tensors", _single(n_param_tensors=True),
-     "workload.layers[0].n_param_tensors"),
+     "n_param_tensors"),
     ("single.simulate no work", lambda: single.simulate(NO_WORK, DEV, SingleConfig()), "workload"),
     ("single.simulate layers", lambda: single.simulate(
         dataclasses.replace(W, layers=("x",)),  # type: ignore[arg-type]
-        DEV, SingleConfig()), "workload.layers[0]"),
+        DEV, SingleConfig()), "layers[0]"),
     ("single.simulate dtype", lambda: single.simulate(
-        dataclasses.replace(W, dtype="fp8"), DEV, SingleConfig()), "workload.dtype"),
+        dataclasses.replace(W, dtype="fp8"), DEV, SingleConfig()), "dtype"),
     ("single.simulate loss", lambda: single.simulate(
-        dataclasses.replace(W, loss_bytes=-8), DEV, SingleConfig()), "workload.loss_bytes"),
+        dataclasses.replace(W, loss_bytes=-8), DEV, SingleConfig()), "loss_bytes"),
     ("single.breakdown", lambda: single.breakdown(_trace("ddp")), "trace"),
     ("single.summary", lambda: single.summary("trace"), "trace"),  # type: ignore[arg-type]
     ("single.step_result", lambda: single.step_result(_trace("fsdp")), "trace"),
@@ -304,7 +305,7 @@ PLANNER_CALLS: list[tuple[str, Callable[[], object], str]] = [
     ("plan optimizer", lambda: plan(W, NODE, "ddp", 8, 64, optimizer="lion"), "optimizer"),
     ("plan precision", lambda: plan(W, NODE, "ddp", 8, 64, precision=None), "precision"),  # type: ignore[arg-type]
     ("plan nan flops", lambda: plan(_layer(flops=NAN), NODE, "fsdp", 8, 64),
-     "workload.layers[0].flops"),
+     "flops"),  # refused where the Layer is built
     ("check_batch", lambda: check_batch("ddp", 2, -2), "global_batch"),
     ("scaling_curve negative", lambda: scaling_curve(W, NODE, "ddp", -8), "batch"),
     ("scaling_curve bool", lambda: scaling_curve(W, NODE, "ddp", True), "batch"),

@@ -2,9 +2,8 @@
 
 Configs check their own fields with `dpsim.validation`; these check the objects passed
 beside them, so that a wrong object is a ValueError naming the argument (not an
-AttributeError deep in a simulation), and a workload or device whose numbers are NaN or
-infinite is refused before it becomes NaN or infinite seconds. Field names are written as
-the caller reaches them: `workload.layers[3].flops`, `cluster.device.op_overhead_us`.
+AttributeError deep in a simulation). Workload, Layer, Device, Link and Cluster refuse bad
+numbers themselves when they are built (dpsim.workload, dpsim.hardware).
 """
 
 from __future__ import annotations
@@ -16,18 +15,14 @@ from typing import TypeVar
 from dpsim.hardware import Cluster, Device, Link
 from dpsim.memory import OPTIMIZERS, PRECISIONS
 from dpsim.trace import Trace
-from dpsim.validation import require_choice, require_finite, require_int
-from dpsim.workload import DTYPE_BYTES, Layer, Workload
+from dpsim.validation import require_choice, require_int
+from dpsim.workload import DTYPE_BYTES, Workload
 
 T = TypeVar("T")
 
 MAX_BATCH = 1 << 24  # samples in one step (global or per device)
 MAX_DEVICES = 1024 * 4096  # Cluster.with_devices: 1024 per node, 4096 nodes
-MAX_COUNT = 1 << 53  # parameters or bytes of one layer per sample (exact as a float)
-MAX_FLOPS = 1e18  # forward FLOPs of one layer per sample
-_LAYER_COUNTS = ("n_params", "n_param_tensors", "activation_bytes", "output_bytes")
-_DEVICE_NUMBERS = ("memory_GiB", "fp32_tflops", "bf16_tflops", "mem_bw_GBps",
-                   "op_overhead_us", "efficiency")
+MAX_COUNT = 1 << 53  # parameters or bytes in a strategy formula (exact as a float)
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -67,22 +62,13 @@ def require_names(field: str, values: object, allowed: Sequence[str]) -> list[st
 
 def require_workload(workload: object, field: str = "workload", *,
                      runnable: bool = True) -> Workload:
-    """`workload` if it is a Workload with finite, non-negative numbers per layer.
+    """`workload` if it is a Workload (which checks its own numbers when built).
 
     runnable: it also has a layer that computes (FLOPs or output bytes), so that a step
     takes time; a workload only listing parameters (`ddp.grad_tensors`) needs not.
     """
     w = require_instance(field, workload, Workload,
                          "a dpsim.workload.Workload, e.g. get_workload('gpt2-124m')")
-    require_choice(f"{field}.dtype", w.dtype, DTYPE_BYTES)
-    require_int(f"{field}.input_bytes", w.input_bytes, 0, MAX_COUNT)
-    require_int(f"{field}.loss_bytes", w.loss_bytes, 0, MAX_COUNT)
-    for i, layer in enumerate(require_sequence(f"{field}.layers", w.layers, empty=True)):
-        name = f"{field}.layers[{i}]"
-        lay = require_instance(name, layer, Layer, "a dpsim.workload.Layer")
-        for attr in _LAYER_COUNTS:
-            require_int(f"{name}.{attr}", getattr(lay, attr), 0, MAX_COUNT)
-        require_finite(f"{name}.flops", lay.flops, 0, MAX_FLOPS)
     if runnable and not any(layer.flops or layer.output_bytes for layer in w.layers):
         raise ValueError(f"{field}={shown(w)} has no layer that computes; allowed: a workload "
                          "with a layer whose flops or output_bytes is above 0")
@@ -90,31 +76,20 @@ def require_workload(workload: object, field: str = "workload", *,
 
 
 def require_device(device: object, field: str = "device") -> Device:
-    """`device` if it is a Device whose numbers are finite."""
-    d = require_instance(field, device, Device,
-                         "a dpsim.hardware.Device, e.g. get_device('h100-80gb')")
-    for attr in _DEVICE_NUMBERS:
-        require_finite(f"{field}.{attr}", getattr(d, attr), 0)
-    return d
+    """`device` if it is a Device (which refuses non-finite numbers when built)."""
+    return require_instance(field, device, Device,
+                            "a dpsim.hardware.Device, e.g. get_device('h100-80gb')")
 
 
 def require_link(link: object, field: str = "link") -> Link:
-    """`link` if it is a Link whose numbers are finite."""
-    lk = require_instance(field, link, Link, "a dpsim.hardware.Link, e.g. hardware.NVLINK4")
-    require_finite(f"{field}.bandwidth_GBps", lk.bandwidth_GBps, 0, low_inclusive=False)
-    require_finite(f"{field}.latency_us", lk.latency_us, 0)
-    return lk
+    """`link` if it is a Link (which refuses non-finite numbers when built)."""
+    return require_instance(field, link, Link, "a dpsim.hardware.Link, e.g. hardware.NVLINK4")
 
 
 def require_cluster(cluster: object, field: str = "cluster") -> Cluster:
-    """`cluster` if it is a Cluster of a valid device and valid links."""
-    c = require_instance(field, cluster, Cluster,
-                         "a dpsim.hardware.Cluster, e.g. get_cluster('h100-node')")
-    require_device(c.device, f"{field}.device")
-    require_link(c.intra_node, f"{field}.intra_node")
-    if c.inter_node is not None:
-        require_link(c.inter_node, f"{field}.inter_node")
-    return c
+    """`cluster` if it is a Cluster (which checks its device and links when built)."""
+    return require_instance(field, cluster, Cluster,
+                            "a dpsim.hardware.Cluster, e.g. get_cluster('h100-node')")
 
 
 def require_trace(trace: object, strategy: str | None = None, field: str = "trace") -> Trace:
