@@ -17,6 +17,12 @@ GIL, on C cores, cannot finish before max(W, N*g*W, N*W/C), so the speed-up over
 them one after another is at most min(N, 1/g, C). `simulate` reaches it when the work
 alternates finely between Python and C; the tests check the limits (g = 0 -> N, g = 1 -> 1).
 Deterministic: no clock is read.
+
+The model's domain: up to 1024 threads on up to 4096 cores; a thread's work and every
+segment at most an hour of CPU time; a switch interval of at least 1 us (CPython keeps it
+in whole microseconds). A simulation takes one step per segment end or forced hand-over,
+each costing time in proportion to the threads, so `schedule` and `simulate` refuse runs
+whose estimated steps x (threads + 10) exceed MAX_STEPS (under half a second).
 """
 
 from __future__ import annotations
@@ -26,12 +32,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsim.trace import Event, Trace
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.validation import require_choice, require_finite, require_int, require_range
 
 Segment = tuple[str, float]  # ("gil" | "free", CPU seconds)
 SEGMENT_KINDS = ("gil", "free")
 DEFAULT_SWITCH_INTERVAL_S = 0.005  # CPython's default sys.getswitchinterval()
 _EPS = 1e-12
+MAX_THREADS = 1024  # threads in one simulation
+MAX_CORES = 4096
+MAX_SECONDS = 3600.0  # CPU seconds of one thread's work, or of one segment
+MIN_SWITCH_INTERVAL_S = 1e-6  # CPython keeps the switch interval in whole microseconds
+MAX_STEPS = 150_000  # estimated simulation steps x (threads + 10): under half a second
 
 
 @dataclass(frozen=True)
@@ -46,13 +57,13 @@ class GILConfig:
     n_cores: int | None = None  # cores shared by all threads; None: one per thread
 
     def __post_init__(self) -> None:
-        require_int("n_threads", self.n_threads, 1, 1024)
-        require_range("work_s", self.work_s, 0, low_inclusive=False)
+        require_int("n_threads", self.n_threads, 1, MAX_THREADS)
+        require_finite("work_s", self.work_s, 0, MAX_SECONDS, low_inclusive=False)
         require_range("gil_share", self.gil_share, 0, 1)
         require_int("n_ops", self.n_ops, 1, 1_000_000)
-        require_range("switch_interval_s", self.switch_interval_s, 0, low_inclusive=False)
+        require_finite("switch_interval_s", self.switch_interval_s, MIN_SWITCH_INTERVAL_S)
         if self.n_cores is not None:
-            require_int("n_cores", self.n_cores, 1, 4096)
+            require_int("n_cores", self.n_cores, 1, MAX_CORES)
 
 
 @dataclass(frozen=True)
@@ -70,12 +81,12 @@ class GILResult:
 def predict_speedup(gil_share: float, n_threads: int, n_cores: int | None = None) -> float:
     """Upper bound on the threaded speed-up: min(n_threads, 1 / gil_share, n_cores)."""
     require_range("gil_share", gil_share, 0, 1)
-    require_int("n_threads", n_threads, 1)
+    require_int("n_threads", n_threads, 1, MAX_THREADS)
     bound = float(n_threads)
     if gil_share > 0:
         bound = min(bound, 1.0 / gil_share)
     if n_cores is not None:
-        require_int("n_cores", n_cores, 1)
+        require_int("n_cores", n_cores, 1, MAX_CORES)
         bound = min(bound, float(n_cores))
     return max(bound, 1.0)
 
@@ -83,21 +94,105 @@ def predict_speedup(gil_share: float, n_threads: int, n_cores: int | None = None
 def predict_time_s(work_s: float, gil_share: float, n_threads: int,
                    n_cores: int | None = None) -> float:
     """Seconds for n_threads threads of work_s each: n_threads * work_s / predict_speedup."""
-    require_range("work_s", work_s, 0)
-    return n_threads * work_s / predict_speedup(gil_share, n_threads, n_cores)
+    require_finite("work_s", work_s, 0, MAX_SECONDS)
+    bound = predict_speedup(gil_share, n_threads, n_cores)  # checks the other arguments
+    return n_threads * work_s / bound
 
 
 def thread_segments(config: GILConfig) -> list[Segment]:
     """One thread's work: n_ops times (Python for g*w, then C for (1-g)*w), w = work/n_ops."""
+    gil, free = _op_seconds(_check_config(config))
+    one_op: list[Segment] = [seg for seg in (("gil", gil), ("free", free)) if seg[1] > 0]
+    return one_op * config.n_ops
+
+
+def _check_config(config: GILConfig) -> GILConfig:
+    if not isinstance(config, GILConfig):
+        raise ValueError(f"config={config!r} is not a GILConfig; give dpsim.gil.GILConfig(...)")
+    return config
+
+
+def _op_seconds(config: GILConfig) -> tuple[float, float]:
+    """(Python seconds, C seconds) of one op: g*w and (1-g)*w, w = work_s / n_ops."""
     per_op = config.work_s / config.n_ops
-    gil, free = config.gil_share * per_op, (1.0 - config.gil_share) * per_op
-    out: list[Segment] = []
-    for _ in range(config.n_ops):
-        if gil > 0:
-            out.append(("gil", gil))
-        if free > 0:
-            out.append(("free", free))
-    return out
+    return config.gil_share * per_op, (1.0 - config.gil_share) * per_op
+
+
+def simulation_steps(n_threads: int, n_segments: int, gil_s: float, switch_interval_s: float,
+                     n_cores: int | None = None) -> tuple[float, float]:
+    """(steps, forced hand-overs) a schedule takes at most: one step per segment end or
+    hand-over; a hand-over follows at least one switch interval of holding, and holding
+    lasts at most the GIL seconds `gil_s` slowed by sharing the cores (n_threads / n_cores)."""
+    slowdown = max(1.0, n_threads / n_cores) if n_cores is not None else 1.0
+    handovers = gil_s * slowdown / switch_interval_s
+    return n_segments + handovers + 1, handovers
+
+
+def _check_steps(named: str, n_threads: int, n_segments: int, gil_s: float,
+                 switch_interval_s: float, n_cores: int | None) -> float:
+    """Refuse a simulation whose steps x (n_threads + 10) exceed MAX_STEPS (the message
+    starts with `named`, "field=value"); return that cost."""
+    steps, handovers = simulation_steps(n_threads, n_segments, gil_s, switch_interval_s,
+                                        n_cores)
+    cost = steps * (n_threads + 10)
+    if cost > MAX_STEPS:
+        raise ValueError(
+            f"{named} needs about {steps:,.0f} simulation steps ({n_segments:,} "
+            f"segments, {handovers:,.0f} forced GIL hand-overs) of {n_threads} threads; "
+            f"allowed: steps x (threads + 10) <= {MAX_STEPS:,} (under half a second): fewer "
+            "threads or segments, less work under the GIL, or a longer switch interval")
+    return cost
+
+
+def _config_cost(config: GILConfig, named: str | None = None) -> float:
+    """Refuse a GILConfig too long to simulate, naming what drives the cost (or as `named`
+    says); return the cost."""
+    gil, free = _op_seconds(config)
+    n = config.n_threads
+    per_thread = config.n_ops * ((gil > 0) + (free > 0))
+    gil_s = n * config.n_ops * gil
+    _, handovers = simulation_steps(n, n * per_thread, gil_s, config.switch_interval_s,
+                                    config.n_cores)
+    named = named or (
+        f"switch_interval_s={config.switch_interval_s!r}" if handovers > n * per_thread
+        else f"n_threads={n!r}" if n > config.n_ops else f"n_ops={config.n_ops!r}")
+    return _check_steps(named, n, n * per_thread, gil_s, config.switch_interval_s,
+                        config.n_cores)
+
+
+def _check_threads(threads: Sequence[Sequence[Segment]]) -> tuple[int, float]:
+    """Refuse what is not 1..MAX_THREADS lists of (kind, seconds) segments; return
+    (segments longer than 0 s, seconds under the GIL)."""
+    if isinstance(threads, (str, bytes)) or not isinstance(threads, Sequence):
+        raise ValueError(f"threads={threads!r} is not a list; give one list of (kind, "
+                         "seconds) segments per thread")
+    if not 1 <= len(threads) <= MAX_THREADS:
+        raise ValueError(f"len(threads)={len(threads)} is out of range; allowed: 1 to "
+                         f"{MAX_THREADS} threads")
+    for i, segs in enumerate(threads):
+        if isinstance(segs, (str, bytes)) or not isinstance(segs, Sequence):
+            raise ValueError(f"threads[{i}]={segs!r} is not a list of (kind, seconds) segments")
+    total = sum(len(segs) for segs in threads)
+    if total > MAX_STEPS:
+        raise ValueError(f"threads=<{len(threads)} threads, {total:,} segments> is too long; "
+                         f"allowed at most {MAX_STEPS:,} segments in all")
+    kept, gil_s = 0, 0.0
+    for i, segs in enumerate(threads):
+        for k, seg in enumerate(segs):
+            if type(seg) is not tuple or len(seg) != 2 or seg[0] not in SEGMENT_KINDS or \
+                    type(seg[1]) not in (float, int) or not 0 <= seg[1] <= MAX_SECONDS:
+                _check_segment(f"threads[{i}][{k}]", seg)  # the slow path names the culprit
+            kept += seg[1] > 0
+            gil_s += seg[1] if seg[0] == "gil" else 0.0
+    return kept, gil_s
+
+
+def _check_segment(field: str, seg: Segment) -> None:
+    if isinstance(seg, (str, bytes)) or not isinstance(seg, Sequence) or len(seg) != 2:
+        raise ValueError(f"{field}={seg!r} is not a (kind, seconds) pair; give ('gil' or "
+                         "'free', CPU seconds)")
+    require_choice(f"{field} kind", seg[0], SEGMENT_KINDS)
+    require_finite(f"{field} seconds", seg[1], 0, MAX_SECONDS)
 
 
 @dataclass
@@ -121,15 +216,16 @@ def schedule(threads: Sequence[Sequence[Segment]],
     waits for the GIL. Thread i is device i. Times in seconds from the start.
     meta["segment_end_s"][i][k] is when segment k of thread i finished.
     """
-    require_range("switch_interval_s", switch_interval_s, 0, low_inclusive=False)
+    require_finite("switch_interval_s", switch_interval_s, MIN_SWITCH_INTERVAL_S)
     if n_cores is not None:
-        require_int("n_cores", n_cores, 1)
-    require_int("n_threads", len(threads), 1)
+        require_int("n_cores", n_cores, 1, MAX_CORES)
+    n_kept, gil_s = _check_threads(threads)
+    _, handovers = simulation_steps(len(threads), n_kept, gil_s, switch_interval_s, n_cores)
+    named = (f"switch_interval_s={switch_interval_s!r}" if handovers > n_kept else
+             f"threads=<{len(threads)} threads, {n_kept:,} segments longer than 0 s>")
+    _check_steps(named, len(threads), n_kept, gil_s, switch_interval_s, n_cores)
     state = []
     for segs in threads:
-        for kind, seconds in segs:
-            require_choice("segment kind", kind, SEGMENT_KINDS)
-            require_range("segment seconds", seconds, 0)
         kept = [k for k, s in enumerate(segs) if s[1] > 0]
         state.append(_Thread([segs[k] for k in kept], kept, [0.0] * len(segs)))
     trace = Trace("simulated", meta={"model": "gil", "switch_interval_s": switch_interval_s,
@@ -216,6 +312,7 @@ def _enter(th: _Thread, index: int, t: float) -> str:
 
 def simulate(config: GILConfig) -> GILResult:
     """Timeline and speed-up of `config.n_threads` identical threads under the GIL."""
+    _config_cost(_check_config(config))
     segments = thread_segments(config)
     trace = schedule([segments] * config.n_threads, config.switch_interval_s, config.n_cores)
     makespan = trace.end_s
@@ -237,9 +334,23 @@ def speedup_curve(gil_share: float, thread_counts: Sequence[int], *, work_s: flo
                   n_ops: int = 50, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S,
                   n_cores: int | None = None) -> list[dict[str, float]]:
     """Rows of n_threads, simulated speed-up and the closed-form bound, one per count."""
+    if isinstance(thread_counts, (str, bytes)) or not isinstance(thread_counts, Sequence):
+        raise ValueError(f"thread_counts={thread_counts!r} is not a list; give thread counts "
+                         f"such as (1, 2, 4), each 1 to {MAX_THREADS}")
+    for i, n in enumerate(thread_counts):
+        require_int(f"thread_counts[{i}]", n, 1, MAX_THREADS)
+    configs = [GILConfig(n, work_s, gil_share, n_ops, switch_interval_s, n_cores)
+               for n in thread_counts]
+    total = sum(_config_cost(c, f"thread_counts[{i}]={c.n_threads!r}")
+                for i, c in enumerate(configs))
+    if total > MAX_STEPS:
+        raise ValueError(f"thread_counts={list(thread_counts)!r} need about {total:,.0f} "
+                         f"steps x (threads + 10) to simulate in all; allowed at most "
+                         f"{MAX_STEPS:,} (under half a second): fewer counts, threads or ops")
     rows = []
-    for n in thread_counts:
-        res = simulate(GILConfig(n, work_s, gil_share, n_ops, switch_interval_s, n_cores))
+    for config in configs:
+        res = simulate(config)
+        n = config.n_threads
         rows.append({"n_threads": n, "simulated_speedup": res.speedup,
                      "predicted_speedup": res.predicted_speedup})
     return rows

@@ -25,20 +25,26 @@ Ring broadcast/reduce pipeline N chunks along the chain 0 -> 1 -> ... -> N-1; tr
 all-* collectives are a tree into rank 0 followed by a tree out of it; naive ones gather
 everything on rank 0 (one round) and send the result out (one round). Reduction
 arithmetic is not counted. `dpsim.collectives.schedule` builds every algorithm as rounds
-of messages, and the tests check that its simulated time equals these closed forms.
+of messages, and the tests check that its simulated time equals these closed forms; bytes
+per rank come by formula from `dpsim.collectives.traffic`, equal to the schedule's. The
+inputs' ranges (ranks, bytes, links) are in `dpsim.collectives.limits`.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
+from dpsim.collectives.limits import (
+    ALGORITHMS,
+    COLLECTIVES,
+    MAX_NBYTES,
+    MAX_WORLD_SIZE,
+    check_collective,
+    check_link,
+    finite_seconds,
+)
 from dpsim.collectives.ring import RingStep, chunk_bounds, ring_all_reduce_steps
+from dpsim.collectives.traffic import bytes_per_rank
 from dpsim.hardware import Link
-from dpsim.validation import require_choice, require_int
-
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",
-               "gather")
-ALGORITHMS = ("ring", "tree", "naive")
+from dpsim.validation import require_choice, require_finite, require_int
 
 __all__ = [
     "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bus_bandwidth_factor", "busbw_GBps",
@@ -47,23 +53,16 @@ __all__ = [
 ]
 
 
-def _check(collective: str, nbytes: int, world_size: int, algorithm: str) -> None:
-    require_choice("collective", collective, COLLECTIVES)
-    require_choice("algorithm", algorithm, ALGORITHMS)
-    require_int("nbytes", nbytes, 0)
-    require_int("world_size", world_size, 1)
-
-
 def tree_levels(world_size: int) -> int:
     """L = ceil(log2 world_size): rounds of a binomial tree (0 for one rank)."""
-    require_int("world_size", world_size, 1)
-    return (world_size - 1).bit_length()
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    return int(world_size - 1).bit_length()
 
 
 def cost_terms(collective: str, world_size: int, algorithm: str = "ring") -> tuple[int, float]:
     """(number of alpha terms, multiple of S/B) in the closed form; time = k*alpha + f*S/B."""
-    _check(collective, 0, world_size, algorithm)
-    n = world_size
+    check_collective(collective, 0, world_size, algorithm)
+    n = int(world_size)
     if n == 1:
         return 0, 0.0
     frac = (n - 1) / n
@@ -99,18 +98,20 @@ def collective_time_s(collective: str, nbytes: int, world_size: int, link: Link,
     >>> round(collective_time_s("all_reduce", 4_000_000, 4, link) * 1e3, 3)  # ms
     6.06
     """
-    _check(collective, nbytes, world_size, algorithm)
+    check_collective(collective, nbytes, world_size, algorithm)
+    check_link(link)
     n_alpha, s_over_b = cost_terms(collective, world_size, algorithm)
     alpha_s = link.latency_us * 1e-6
-    return n_alpha * alpha_s + s_over_b * nbytes / (link.bandwidth_GBps * 1e9)
+    latency_s = n_alpha * alpha_s
+    seconds = latency_s + s_over_b * nbytes / (link.bandwidth_GBps * 1e9)
+    return finite_seconds(seconds, latency_s, link)
 
 
 def bus_bandwidth_factor(collective: str, world_size: int) -> float:
     """busbw / algbw as nccl-tests defines it: 2(N-1)/N all-reduce, (N-1)/N all-gather,
     reduce-scatter, scatter, gather, and 1 for broadcast and reduce."""
     require_choice("collective", collective, COLLECTIVES)
-    require_int("world_size", world_size, 1)
-    n = world_size
+    n = require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     if collective == "all_reduce":
         return 2 * (n - 1) / n
     if collective in ("broadcast", "reduce"):
@@ -120,42 +121,40 @@ def bus_bandwidth_factor(collective: str, world_size: int) -> float:
 
 def algbw_GBps(nbytes: int, time_s: float) -> float:
     """Algorithm bandwidth: full tensor bytes / time, in GB/s (1e9 bytes/s)."""
-    require_int("nbytes", nbytes, 0)
-    if not time_s > 0:
-        raise ValueError(f"time_s={time_s!r} is out of range; allowed > 0")
-    return nbytes / time_s / 1e9
+    require_int("nbytes", nbytes, 0, MAX_NBYTES)
+    require_finite("time_s", time_s, 0, low_inclusive=False)
+    return _finite_GBps(nbytes / time_s / 1e9, time_s)
 
 
 def busbw_GBps(collective: str, nbytes: int, world_size: int, time_s: float) -> float:
     """Bus bandwidth (nccl-tests): algbw * bus_bandwidth_factor, comparable to link speed."""
-    return algbw_GBps(nbytes, time_s) * bus_bandwidth_factor(collective, world_size)
+    factor = bus_bandwidth_factor(collective, world_size)
+    return _finite_GBps(algbw_GBps(nbytes, time_s) * factor, time_s)
 
 
-def _traffic(collective: str, nbytes: int, world_size: int,
-             algorithm: str) -> tuple[np.ndarray, np.ndarray]:
-    _check(collective, nbytes, world_size, algorithm)
-    from dpsim.collectives.schedule import schedule, traffic_per_rank
-
-    return traffic_per_rank(schedule(collective, nbytes, world_size, algorithm), world_size)
+def _finite_GBps(gbps: float, time_s: float) -> float:
+    if gbps == float("inf"):
+        raise ValueError(f"time_s={time_s!r} is too small: the bandwidth overflows; give a "
+                         "longer time")
+    return gbps
 
 
 def bytes_sent_per_rank(collective: str, nbytes: int, world_size: int,
                         algorithm: str = "ring") -> list[int]:
     """Bytes each rank sends during one collective (index = rank; root is rank 0)."""
-    sent, _ = _traffic(collective, nbytes, world_size, algorithm)
+    sent, _ = bytes_per_rank(collective, nbytes, world_size, algorithm)
     return [int(b) for b in sent]
 
 
 def bytes_received_per_rank(collective: str, nbytes: int, world_size: int,
                             algorithm: str = "ring") -> list[int]:
     """Bytes each rank receives during one collective (index = rank; root is rank 0)."""
-    _, received = _traffic(collective, nbytes, world_size, algorithm)
+    _, received = bytes_per_rank(collective, nbytes, world_size, algorithm)
     return [int(b) for b in received]
-
 
 
 def ring_bytes_per_rank_formula(nbytes: int, world_size: int) -> float:
     """2(N-1)/N * S: what each rank sends (and receives) in a ring all-reduce."""
-    require_int("nbytes", nbytes, 0)
-    require_int("world_size", world_size, 1)
+    require_int("nbytes", nbytes, 0, MAX_NBYTES)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     return 2 * (world_size - 1) / world_size * nbytes

@@ -13,31 +13,61 @@ all-reduce). Two ways to weigh the timings:
 
 from __future__ import annotations
 
+import math
+import numbers
 import statistics
 from collections.abc import Sequence
 
 import numpy as np
 
+from dpsim.collectives.limits import MAX_NBYTES, MAX_WORLD_SIZE
 from dpsim.hardware import Link
-from dpsim.validation import require_choice, require_int
+from dpsim.validation import require_choice, require_finite, require_int
 
 WEIGHTINGS = ("relative", "absolute")
+MIN_TIME_S, MAX_TIME_S = 1e-12, 1e6  # a timing: from a picosecond to 11.6 days
+MAX_TERM = 2 * MAX_WORLD_SIZE  # the largest k or f of a closed form (naive all-reduce)
 
 
 def fit_link(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
              s_over_b: float, name: str, weighting: str = "relative") -> Link:
     """The Link (alpha in us, B in GB/s) whose k alpha + f S / B best fits seconds per size."""
     require_choice("weighting", weighting, WEIGHTINGS)
-    if len(sizes_bytes) != len(times_s) or len(sizes_bytes) < 2:
-        raise ValueError(f"got {len(sizes_bytes)} sizes and {len(times_s)} times; allowed: "
-                         "the same number of each, at least 2")
-    for s in sizes_bytes:
-        require_int("nbytes", s, 0)
-    if min(times_s) <= 0:
-        raise ValueError(f"measured_s={list(times_s)} has a time <= 0; allowed: times > 0")
+    _check_timings(sizes_bytes, times_s)
+    require_int("n_alpha", n_alpha, 0, MAX_TERM)
+    require_finite("s_over_b", s_over_b, 0, MAX_TERM)
+    if not isinstance(name, str):
+        raise ValueError(f"name={name!r} is not a string; give the link a name")
     if weighting == "absolute":
-        return _fit_absolute(sizes_bytes, times_s, n_alpha, s_over_b, name)
-    return _fit_relative(sizes_bytes, times_s, n_alpha, s_over_b, name)
+        link = _fit_absolute(sizes_bytes, times_s, n_alpha, s_over_b, name)
+    elif n_alpha == 0 and (s_over_b == 0 or not any(sizes_bytes)):
+        raise ValueError(f"n_alpha=0 with s_over_b={s_over_b!r} and sizes_bytes="
+                         f"{list(sizes_bytes)!r} leaves nothing to fit; allowed: n_alpha >= 1, "
+                         "or s_over_b > 0 and a size > 0 (cost.cost_terms of N >= 2 ranks)")
+    else:
+        link = _fit_relative(sizes_bytes, times_s, n_alpha, s_over_b, name)
+    if not (math.isfinite(link.bandwidth_GBps) and math.isfinite(link.latency_us)):
+        raise ValueError(f"times_s={list(times_s)!r} fit no finite link (bandwidth "
+                         f"{link.bandwidth_GBps!r} GB/s, latency {link.latency_us!r} us); "
+                         "give timings that grow with the size")
+    return link
+
+
+def _check_timings(sizes_bytes: Sequence[int], times_s: Sequence[float]) -> None:
+    """As many sizes (int bytes) as times (seconds), at least 2 of each."""
+    for field, values in (("sizes_bytes", sizes_bytes), ("times_s", times_s)):
+        if isinstance(values, str) or not isinstance(values, Sequence):
+            raise ValueError(f"{field}={values!r} is not a list; give a list of numbers")
+    if len(sizes_bytes) != len(times_s) or len(sizes_bytes) < 2:
+        raise ValueError(f"times_s={list(times_s)!r} has {len(times_s)} times for "
+                         f"{len(sizes_bytes)} sizes; allowed: the same number of each, at least 2")
+    for i, s in enumerate(sizes_bytes):
+        require_int(f"sizes_bytes[{i}]", s, 0, MAX_NBYTES)
+    for i, t in enumerate(times_s):
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not (
+                MIN_TIME_S <= t <= MAX_TIME_S):
+            raise ValueError(f"times_s[{i}]={t!r} is out of range; allowed: times > 0, "
+                             f"from {MIN_TIME_S} to {MAX_TIME_S} s")
 
 
 def _fit_relative(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
@@ -47,9 +77,9 @@ def _fit_relative(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha:
     times = np.asarray(times_s, dtype=float)
     design = np.stack([n_alpha / times, s_over_b * sizes / times], axis=1)
     (alpha_s, inv_bw), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
-    if inv_bw <= 0:  # latency explains everything: keep a huge bandwidth
+    if inv_bw <= 0 and n_alpha > 0:  # latency explains everything: keep a huge bandwidth
         alpha_s, inv_bw = float(np.median(times)) / n_alpha, 1e-15
-    if alpha_s < 0:  # bandwidth explains everything: refit 1/B alone
+    if alpha_s < 0 or inv_bw <= 0:  # bandwidth explains everything: refit 1/B alone
         alpha_s = 0.0
         col = design[:, 1]
         inv_bw = float(col @ np.ones_like(times) / (col @ col))

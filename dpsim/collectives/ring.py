@@ -15,9 +15,13 @@ Every rank sends 2(N-1) chunks, about 2(N-1)/N of the array, whatever N is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from dpsim.collectives.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_RING_RANKS, MAX_RING_STORED
+from dpsim.validation import require_int
 
 PHASES = ("start", "reduce_scatter", "all_gather")
 
@@ -55,9 +59,8 @@ class RingStep:
 
 def chunk_bounds(length: int, n_chunks: int) -> list[tuple[int, int]]:
     """[start, stop) of `n_chunks` near-equal chunks of `length` elements (as np.array_split)."""
-    if length < 0 or n_chunks < 1:
-        raise ValueError(f"length={length}, n_chunks={n_chunks}; allowed: length >= 0, "
-                         "n_chunks >= 1")
+    require_int("length", length, 0)
+    require_int("n_chunks", n_chunks, 1, MAX_LISTED_RANKS)
     base, extra = divmod(length, n_chunks)
     bounds, start = [], 0
     for i in range(n_chunks):
@@ -67,19 +70,68 @@ def chunk_bounds(length: int, n_chunks: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def chunk_sizes(length: int, n_chunks: int) -> np.ndarray:
+    """Elements in each chunk of `chunk_bounds(length, n_chunks)`, as an int64 array."""
+    require_int("length", length, 0, MAX_NBYTES)
+    require_int("n_chunks", n_chunks, 1, MAX_LISTED_RANKS)
+    base, extra = divmod(length, n_chunks)
+    return base + (np.arange(n_chunks) < extra).astype(np.int64)
+
+
 def _check_arrays(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    if isinstance(arrays, (str, bytes, np.ndarray)) or not isinstance(arrays, Sequence):
+        raise ValueError(f"arrays={arrays!r} is not a list; give a list of 1-D arrays, one "
+                         "per rank")
     if len(arrays) < 1:
         raise ValueError("arrays=[] has no ranks; give one 1-D array per rank (world_size >= 1)")
-    out = [np.asarray(a) for a in arrays]
+    if len(arrays) > MAX_RING_RANKS:
+        raise ValueError(f"len(arrays)={len(arrays)} is out of range; allowed: 1 to "
+                         f"{MAX_RING_RANKS} ranks (every step keeps who summed into every "
+                         "chunk of every rank)")
+    out = []
+    for rank, a in enumerate(arrays):
+        try:
+            out.append(np.asarray(a))
+        except ValueError:
+            raise ValueError(f"arrays[{rank}]={a!r} is not an array of numbers; allowed: "
+                             "1-D arrays of integers or floats") from None
     shape = out[0].shape
     for rank, a in enumerate(out):
         if a.ndim != 1:
-            raise ValueError(f"arrays[{rank}] has shape {a.shape}; allowed: 1-D arrays")
+            raise ValueError(f"arrays[{rank}].shape={a.shape!r} is not 1-D; allowed: 1-D "
+                             "arrays")
+        if a.dtype.kind not in "iuf":
+            raise ValueError(f"arrays[{rank}].dtype={a.dtype!r} is not allowed; allowed: 1-D "
+                             "arrays of integers or floats")
         if a.shape != shape:
-            raise ValueError(f"arrays[{rank}] has shape {a.shape} but arrays[0] has {shape}; "
-                             "allowed: every rank's array has the same length")
+            raise ValueError(f"arrays[{rank}].shape={a.shape!r} differs from arrays[0].shape="
+                             f"{shape!r}; allowed: every rank's array has the same length")
+    stored = (2 * len(out) - 1) * len(out) * shape[0]
+    if stored > MAX_RING_STORED:
+        raise ValueError(f"arrays[0].shape={shape!r} is too long for {len(out)} ranks: the "
+                         f"steps would keep {stored:,} numbers; allowed at most "
+                         f"{MAX_RING_STORED:,} ((2N - 1) x N x length)")
     dtype = np.result_type(*out)
+    _check_sum_fits(out, dtype)
     return [a.astype(dtype, copy=True) for a in out]
+
+
+def _check_sum_fits(arrays: list[np.ndarray], dtype: np.dtype) -> None:
+    """Refuse values that are not finite, or whose sum over the ranks overflows `dtype`."""
+    n = len(arrays)
+    info = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype)
+    limit = int(info.max) if dtype.kind in "iu" else float(info.max)
+    for rank, a in enumerate(arrays):
+        if a.size == 0:
+            continue
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            i = int(np.flatnonzero(~np.isfinite(a))[0])
+            raise ValueError(f"arrays[{rank}][{i}]={a[i]!r} is not finite; give finite numbers")
+        i = int(np.argmax(np.abs(a.astype(np.float64))))
+        biggest = abs(int(a[i])) if a.dtype.kind in "iu" else abs(float(a[i]))
+        if n * biggest > limit:
+            raise ValueError(f"arrays[{rank}][{i}]={a[i]!r} is too large: a sum over {n} "
+                             f"ranks could overflow {dtype}; allowed: |value| <= {limit} / {n}")
 
 
 def ring_all_reduce_steps(arrays: list[np.ndarray]) -> list[RingStep]:

@@ -19,8 +19,17 @@ from dpsim.collectives.cost import (
     collective_time_s,
     ring_bytes_per_rank_formula,
 )
+from dpsim.collectives.limits import (
+    COLLECTIVES,
+    MAX_LISTED_RANKS,
+    MAX_NBYTES,
+    MAX_WORLD_SIZE,
+    check_collective,
+    check_link,
+    check_names,
+)
 from dpsim.hardware import Link
-from dpsim.validation import require_choice
+from dpsim.validation import require_choice, require_finite, require_int
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,8 @@ class SizeSeries:
 def rank_traffic(collective: str, nbytes: int, world_size: int,
                  algorithms: Sequence[str] = ("naive", "tree", "ring")) -> RankTraffic:
     """Bytes sent and received by every rank under each algorithm (simulated)."""
-    for algorithm in algorithms:
-        require_choice("algorithm", algorithm, ALGORITHMS)
+    check_collective(collective, nbytes, world_size, "ring", MAX_LISTED_RANKS)
+    check_names("algorithms", algorithms, ALGORITHMS)
     return RankTraffic(
         collective, nbytes, world_size,
         {a: bytes_sent_per_rank(collective, nbytes, world_size, a) for a in algorithms},
@@ -60,6 +69,9 @@ def rank_traffic(collective: str, nbytes: int, world_size: int,
 def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: int,
                      collective: str = "all_reduce") -> dict[str, SizeSeries]:
     """algbw and busbw (nccl-tests definitions) of measured seconds per size, per impl."""
+    require_choice("collective", collective, COLLECTIVES)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    _check_measured(measured)
     out = {}
     for impl, per_size in measured.items():
         sizes = sorted(per_size)
@@ -73,6 +85,14 @@ def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: in
 def model_series(collective: str, world_size: int, link: Link, sizes_bytes: Sequence[int],
                  algorithms: Sequence[str] = ALGORITHMS) -> dict[str, SizeSeries]:
     """Alpha-beta seconds, algbw and busbw per size for each algorithm (0 GB/s at 0 s)."""
+    check_collective(collective, 0, world_size, "ring")
+    check_link(link)
+    if isinstance(sizes_bytes, str) or not isinstance(sizes_bytes, Sequence):
+        raise ValueError(f"sizes_bytes={sizes_bytes!r} is not a list; give a list of sizes "
+                         "in bytes")
+    for i, size in enumerate(sizes_bytes):
+        require_int(f"sizes_bytes[{i}]", size, 0, MAX_NBYTES)
+    check_names("algorithms", algorithms, ALGORITHMS)
     out = {}
     for algorithm in algorithms:
         times = [collective_time_s(collective, s, world_size, link, algorithm)
@@ -82,3 +102,20 @@ def model_series(collective: str, world_size: int, link: Link, sizes_bytes: Sequ
             list(sizes_bytes), times, [algbw_GBps(s, t) if t > 0 else 0.0 for s, t in pairs],
             [busbw_GBps(collective, s, world_size, t) if t > 0 else 0.0 for s, t in pairs])
     return out
+
+
+def _check_measured(measured: Mapping[str, Mapping[int, float]]) -> None:
+    """{implementation: {bytes: seconds > 0}}, every size an int, every time finite."""
+    if not isinstance(measured, Mapping):
+        raise ValueError(f"measured={measured!r} is not a mapping; give "
+                         "{implementation: {bytes: seconds}}")
+    for impl, per_size in measured.items():
+        if not isinstance(per_size, Mapping):
+            raise ValueError(f"measured[{impl!r}]={per_size!r} is not a mapping; give "
+                             "{bytes: seconds}")
+        for size, seconds in per_size.items():
+            require_int(f"measured[{impl!r}] size", size, 0, MAX_NBYTES)
+            require_finite(f"measured[{impl!r}][{size!r}]", seconds, 0, low_inclusive=False)
+            if size / seconds == float("inf"):
+                raise ValueError(f"measured[{impl!r}][{size!r}]={seconds!r} is too small: "
+                                 "the bandwidth overflows; give a longer time")
