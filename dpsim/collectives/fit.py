@@ -38,14 +38,16 @@ def fit_link(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
     require_finite("s_over_b", s_over_b, 0, MAX_TERM)
     if not isinstance(name, str):
         raise ValueError(f"name={name!r} is not a string; give the link a name")
-    if weighting == "absolute":
-        link = _fit_absolute(sizes_bytes, times_s, n_alpha, s_over_b, name)
-    elif n_alpha == 0 and (s_over_b == 0 or not any(sizes_bytes)):
+    if weighting == "relative" and n_alpha == 0 and (s_over_b == 0 or not any(sizes_bytes)):
         raise ValueError(f"n_alpha=0 with s_over_b={s_over_b!r} and sizes_bytes="
                          f"{list(sizes_bytes)!r} leaves nothing to fit; allowed: n_alpha >= 1, "
                          "or s_over_b > 0 and a size > 0 (cost.cost_terms of N >= 2 ranks)")
-    else:
-        link = _fit_relative(sizes_bytes, times_s, n_alpha, s_over_b, name)
+    try:
+        fit = _fit_absolute if weighting == "absolute" else _fit_relative
+        link = fit(sizes_bytes, times_s, n_alpha, s_over_b, name)
+    except ValueError as err:  # the fitted numbers are outside what a Link allows
+        raise ValueError(f"times_s={list(times_s)!r} fit no link dpsim can describe ({err}); "
+                         "give timings that grow with the size") from None
     if not (math.isfinite(link.bandwidth_GBps) and math.isfinite(link.latency_us)):
         raise ValueError(f"times_s={list(times_s)!r} fit no finite link (bandwidth "
                          f"{link.bandwidth_GBps!r} GB/s, latency {link.latency_us!r} us); "
