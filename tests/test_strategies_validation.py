@@ -461,3 +461,13 @@ def test_valid_calls_pass_the_checks() -> None:
     assert efficiencies(scaling_curve(W, NODE, "ddp", 64, n_devices=[1, 2]))[0] == 1.0
     assert get_strategy("fsdp").crossover_terms(W, "bf16") == CrossoverTerms(
         3.0, 3 * len(W.layers), True)
+
+
+def test_a_dp_step_too_large_to_simulate_names_n_devices() -> None:
+    """The GIL model caps its cost; DP reports that against the caller's n_devices."""
+    from dpsim.hardware import get_cluster
+    from dpsim.workload import get_workload
+
+    node = dataclasses.replace(get_cluster("h100-node"), devices_per_node=64)
+    with pytest.raises(ValueError, match=r"^n_devices=64 with \d+ layers is too large"):
+        dp.simulate(get_workload("llama-70b"), node, DPConfig(n_devices=64, batch_size=256))

@@ -171,7 +171,11 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
         threads.append(segs)
         kernels.append(ks)
     threads.append([("free", host)] + [("gil", start_s)] * (used if used > 1 else 0))
-    gil = schedule(threads, n_cores=None)
+    try:
+        gil = schedule(threads, n_cores=None)
+    except ValueError as err:  # the GIL model's cost cap: name what the caller chose
+        raise ValueError(f"n_devices={config.n_devices} with {len(workload.layers)} layers "
+                         f"is too large a DataParallel step to simulate ({err})") from None
     for ev in gil.events:
         if ev.kind in ("python", "gil_wait"):
             main = ev.device == used
