@@ -1,0 +1,190 @@
+"""The public API of the simulator wing and the widgets, as a table of valid calls.
+
+Each `EntryPoint` names a public function, config dataclass or method, the callable, and
+one valid value per argument (`Arg`: name, value, kind). `then` runs on what a
+constructor returns (a config -> its simulation), so that a value a config accepts is also
+followed into the simulation. The fuzz (`benchmarks/fuzz_api.py`) perturbs one argument at
+a time from these values; the property test (`tests/test_api_properties.py`) draws
+arbitrary values for them. `discover()` lists what the modules export, so that a new public
+function that is neither in the table nor in `SKIPPED` shows up in the fuzz's results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+# Argument kinds: what the argument means, which decides how it is perturbed.
+INT = "int"  # an integer count or size
+FLOAT = "float"  # a real number (seconds, bytes per second, a share)
+CHOICE = "choice"  # one of `choices` (names, or integers such as a ZeRO stage)
+BOOL = "bool"  # True or False
+NAME = "name"  # free text (a label): any string is valid
+OBJECT = "object"  # a dpsim object (Workload, Cluster, Link, a config, a Trace)
+INTS = "ints"  # a sequence of integers
+FLOATS = "floats"  # a sequence of real numbers
+CHOICES = "choices"  # a sequence of `choices`
+OBJECTS = "objects"  # a sequence of dpsim objects
+SHAPE = "shape"  # a tensor shape: a tuple of non-negative integers
+SHAPES = "shapes"  # a sequence of shapes
+DATA = "data"  # structured data (nested lists, dicts); perturbed by `extra` only
+KINDS = (INT, FLOAT, CHOICE, BOOL, NAME, OBJECT, INTS, FLOATS, CHOICES, OBJECTS, SHAPE,
+         SHAPES, DATA)
+
+SIMULATOR_MODULES = (
+    "dpsim.hardware", "dpsim.workload", "dpsim.trace", "dpsim.memory", "dpsim.compute",
+    "dpsim.gil", "dpsim.collectives.cost", "dpsim.collectives.ring",
+    "dpsim.collectives.schedule", "dpsim.collectives.fit", "dpsim.collectives.series",
+    "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
+    "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
+    "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
+)
+WIDGET_MODULES = (
+    "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
+    "dpsim.widgets.ddp_explorer", "dpsim.widgets.dp_explorer",
+    "dpsim.widgets.strategy_dashboard", "dpsim.widgets.zero_explorer",
+    "dpsim.widgets.dashboard",
+)
+
+_RESULT = "a result record the simulator builds; callers read it, they do not construct it"
+_BUILDER = "builds ipywidgets controls; its explore/render function is in the table"
+_STRATEGY = "a strategy object; plan, scaling_curve and summary_table call every member"
+# Discovered names that are deliberately not fuzzed, and why.
+SKIPPED: dict[str, str] = {
+    "dpsim.gil.GILResult": _RESULT, "dpsim.planner.PlanResult": _RESULT,
+    "dpsim.planner.Crossover": _RESULT, "dpsim.memory.MemoryBreakdown": _RESULT,
+    "dpsim.collectives.series.RankTraffic": _RESULT,
+    "dpsim.collectives.series.SizeSeries": _RESULT,
+    "dpsim.collectives.ring.RingStep": _RESULT, "dpsim.collectives.ring.RingSend": _RESULT,
+    "dpsim.collectives.schedule.Round": _RESULT, "dpsim.strategies.ddp.Bucket": _RESULT,
+    "dpsim.strategies.ddp.ScalingPoint": _RESULT, "dpsim.strategies.fsdp_units.Unit": _RESULT,
+    "dpsim.strategies.dp.DPSummary": _RESULT, "dpsim.strategies.fsdp.FSDPSummary": _RESULT,
+    "dpsim.strategies.single.SingleSummary": _RESULT,
+    "dpsim.strategies.base.Placement": _RESULT, "dpsim.strategies.base.CrossoverTerms": _RESULT,
+    "dpsim.widgets.collectives_explorer.Estimate": _RESULT,
+    "dpsim.widgets.collectives_explorer.Preset": _RESULT,
+    "dpsim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
+    "dpsim.strategies.single.SingleStrategy": _STRATEGY,
+    "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
+    "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,
+    "dpsim.strategies.registry.register": "changes the registry every later call reads",
+    "dpsim.strategies.registry.unregister": "changes the registry every later call reads",
+    "dpsim.widgets.memory_explorer.memory_explorer": _BUILDER,
+    "dpsim.widgets.collectives_explorer.collectives_explorer": _BUILDER,
+    "dpsim.widgets.ddp_explorer.ddp_explorer": _BUILDER,
+    "dpsim.widgets.dp_explorer.dp_explorer": _BUILDER,
+    "dpsim.widgets.strategy_dashboard.strategy_dashboard": _BUILDER,
+    "dpsim.widgets.zero_explorer.zero_explorer": _BUILDER,
+    "dpsim.widgets.dashboard.dashboard": _BUILDER,
+}
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a valid call: its name as the caller writes it and a valid value."""
+
+    name: str
+    value: Any
+    kind: str
+    choices: tuple[Any, ...] = ()  # CHOICE / CHOICES: every allowed value
+    optional: bool = False  # None is a valid value
+    extra: tuple[tuple[str, Any], ...] = ()  # (label, invalid value) particular to this one
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A public callable and a valid call of it (every argument passed by keyword)."""
+
+    name: str  # "hardware.Device", "planner.plan", "widgets.dp_explorer.render", ...
+    fn: Callable[..., Any]
+    args: tuple[Arg, ...] = ()
+    then: Callable[[Any], Any] | None = None  # run on the result (a config -> its simulation)
+    skip: frozenset[str] = field(default_factory=frozenset)  # result fields of caller data
+    errors_as_text: str = ""  # a returned first line with this prefix reports a ValueError
+    text: bool = False  # also look for nan, inf, negative numbers in returned strings
+
+    def call(self, **overrides: Any) -> Any:
+        """Call with the valid arguments, `overrides` replacing some; then `then`."""
+        kwargs = {a.name: a.value for a in self.args} | overrides
+        result = self.fn(**kwargs)
+        return result if self.then is None else (result, self.then(result))
+
+    def arg(self, name: str) -> Arg:
+        """The argument called `name`."""
+        return next(a for a in self.args if a.name == name)
+
+
+def discover(modules: tuple[str, ...] = SIMULATOR_MODULES + WIDGET_MODULES) -> list[str]:
+    """Public functions and classes each module defines ("dpsim.memory.model_state_bytes")."""
+    found = []
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module_name:
+                continue
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                found.append(f"{module_name}.{name}")
+    return found
+
+
+def integer(name: str, value: Any, **kw: Any) -> Arg:
+    """An INT argument."""
+    return Arg(name, value, INT, **kw)
+
+
+def real(name: str, value: Any, **kw: Any) -> Arg:
+    """A FLOAT argument."""
+    return Arg(name, value, FLOAT, **kw)
+
+
+def choice(name: str, value: Any, choices: Any, **kw: Any) -> Arg:
+    """A CHOICE argument: one of `choices`."""
+    return Arg(name, value, CHOICE, tuple(choices), **kw)
+
+
+def flag(name: str, value: bool) -> Arg:
+    """A BOOL argument."""
+    return Arg(name, value, BOOL)
+
+
+def obj(name: str, value: Any, **kw: Any) -> Arg:
+    """An OBJECT argument."""
+    return Arg(name, value, OBJECT, **kw)
+
+
+def label(name: str, value: str) -> Arg:
+    """A NAME argument: free text."""
+    return Arg(name, value, NAME)
+
+
+def covers(entry_name: str, discovered: str) -> bool:
+    """True when the entry point "memory.model_state_bytes" (or a method "hardware.Cluster.
+    link_for") covers the discovered name "dpsim.memory.model_state_bytes" ("...Cluster")."""
+    full = f"dpsim.{entry_name}"
+    return full == discovered or full.startswith(f"{discovered}.")
+
+
+@cache
+def entry_points(widgets: bool = True) -> tuple[EntryPoint, ...]:
+    """Every entry point of the simulator wing (and of the widgets), in module order."""
+    from benchmarks.api_table import simulator_entry_points
+
+    out = simulator_entry_points()
+    if widgets:
+        from benchmarks.api_table_widgets import widget_entry_points
+
+        out += widget_entry_points()
+    return out
+
+
+def entry_point(name: str) -> EntryPoint:
+    """The simulator entry point called `name` (e.g. "planner.plan")."""
+    for entry in entry_points(widgets=False):
+        if entry.name == name:
+            return entry
+    raise ValueError(f"name={name!r} is not an entry point; allowed: "
+                     f"{', '.join(e.name for e in entry_points(widgets=False))}")
