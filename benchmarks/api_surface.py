@@ -71,6 +71,16 @@ SKIPPED: dict[str, str] = {
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,
+    "dpsim.gil.simulation_steps": "the cost estimate simulate and schedule check first; "
+                                  "fuzzed through them",
+    "dpsim.collectives.ring.chunk_sizes": "the sizes behind chunk_bounds; fuzzed through it",
+    "dpsim.widgets.dp_explorer.check_setting": "the check explore and render run first; "
+                                               "fuzzed through them",
+    "dpsim.widgets.strategy_dashboard.check_model": "the check StrategyExplorer.render runs "
+                                                    "first; fuzzed through it",
+    "dpsim.widgets.strategy_dashboard.model_choices": "lists the dashboard's model names",
+    "dpsim.widgets.strategy_dashboard.own_workload": "runs a learner's torch module; the "
+                                                     "simulator's fuzz starts no torch model",
     "dpsim.strategies.registry.register": "changes the registry every later call reads",
     "dpsim.strategies.registry.unregister": "changes the registry every later call reads",
     "dpsim.widgets.memory_explorer.memory_explorer": _BUILDER,

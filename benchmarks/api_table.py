@@ -91,7 +91,10 @@ def _then_layer(layer: workload.Layer) -> base.StepResult:
 
 def _trace(source: str, events: Any, memory: Any) -> trace.Trace:
     """A Trace from copies of the caller's lists (the base lists stay untouched)."""
-    return trace.Trace(source, list(events), list(memory))
+    def copy(rows: Any) -> Any:
+        return list(rows) if isinstance(rows, list) else rows  # a non-list goes in as given
+
+    return trace.Trace(source, copy(events), copy(memory))
 
 
 def _trace_sample(device: Any, time_s: Any, category: Any, nbytes: Any) -> trace.Trace:

@@ -121,8 +121,8 @@ def _dp() -> tuple[EntryPoint, ...]:
 
 
 def _ddp() -> tuple[EntryPoint, ...]:
-    tensors_extra = (("elem_negative_bytes", (ddp.GradTensor("w1", -1, 0),)),
-                     ("elem_str", ("w1",)), ("elem_none", (None,)))
+    # A GradTensor with negative bytes cannot be built (GradTensor is fuzzed on its own).
+    tensors_extra = (("elem_str", ("w1",)), ("elem_none", (None,)))
     return (
         EntryPoint("strategies.ddp.DDPConfig", ddp.DDPConfig, (
             integer("batch_size", 8), real("bucket_cap_mb", 25.0), real("first_bucket_cap_mb", 1.0),

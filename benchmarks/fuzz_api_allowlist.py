@@ -131,6 +131,12 @@ CLOSED_FORM_WORLD = (
     "strategies.fsdp.communication_bytes_per_step", "widgets.collectives_explorer.*",
 )
 ALLOWED: tuple[Allow, ...] = (
+    Allow("collectives.fit.fit_link", ("n_alpha",), ("zero",),
+          "no latency term: a bandwidth-only fit (the sizes and s_over_b carry it)"),
+    Allow("collectives.fit.fit_link", ("s_over_b",), ("zero",),
+          "no bandwidth term: a latency-only fit"),
+    Allow("trace.Trace.sample", ("nbytes",), ("float",),
+          "documented: a float number of bytes is truncated to whole bytes"),
     Allow("*", ("nbytes",), ZERO_HUGE,
           "an empty or a huge message, sample or gradient: its cost is finite"),
     Allow("*", ("n_params", "n_param_tensors"), ZERO_HUGE,

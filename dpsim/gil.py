@@ -167,7 +167,7 @@ def _check_threads(threads: Sequence[Sequence[Segment]]) -> tuple[int, float]:
         raise ValueError(f"threads={threads!r} is not a list; give one list of (kind, "
                          "seconds) segments per thread")
     if not 1 <= len(threads) <= MAX_THREADS:
-        raise ValueError(f"len(threads)={len(threads)} is out of range; allowed: 1 to "
+        raise ValueError(f"threads=<{len(threads)} threads> is out of range; allowed: 1 to "
                          f"{MAX_THREADS} threads")
     for i, segs in enumerate(threads):
         if isinstance(segs, (str, bytes)) or not isinstance(segs, Sequence):

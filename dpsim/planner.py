@@ -83,7 +83,7 @@ class PlanResult:
 
 def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
     """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
-    s = get_strategy(strategy)
+    s = get_strategy(strategy, field="strategy")
     require_int("n_devices", n_devices, 1, MAX_DEVICES)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
     return s.split_batch(n_devices, global_batch)
@@ -101,7 +101,7 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
     b = check_batch(strategy, n_devices, global_batch)
     require_choice("precision", precision, PLAN_PRECISIONS)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    s = get_strategy(strategy)
+    s = get_strategy(strategy, field="strategy")
     if s.single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
     sized = cluster.with_devices(n_devices)
@@ -121,7 +121,7 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
     require_workload(workload)
     require_cluster(cluster)
     require_choice("mode", mode, MODES)
-    s = get_strategy(strategy)
+    s = get_strategy(strategy, field="strategy")
     counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
     require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
     require_choice("precision", precision, PLAN_PRECISIONS)
@@ -190,10 +190,10 @@ def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
     DDP, forward + backward for ZeRO-3), as the line through batches 1024 and 2048."""
     require_workload(workload)
     require_cluster(cluster)
-    get_strategy(strategy)
+    get_strategy(strategy, field="strategy")
     require_choice("precision", precision, PRECISIONS)
     dev, dt = cluster.device, precision_dtype(precision)
-    terms = get_strategy(strategy).crossover_terms(workload, dt)
+    terms = get_strategy(strategy, field="strategy").crossover_terms(workload, dt)
     forward = terms is not None and terms.forward_covered
 
     def cover(batch: int) -> float:
@@ -237,8 +237,8 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
         if p.n_devices > 1 and p.hidden_comm_s + p.exposed_comm_s >= cover_s:
             simulated = p.n_devices
             break
-    return Crossover(strategy, get_strategy(strategy).label, global_batch, c, c0, k, model, a,
-                     link, n_star, simulated)
+    label = get_strategy(strategy, field="strategy").label
+    return Crossover(strategy, label, global_batch, c, c0, k, model, a, link, n_star, simulated)
 
 
 def _check_crossover(workload: Workload, cluster: Cluster, global_batch: int, precision: str,

@@ -204,10 +204,10 @@ class Trace:
         """Inverse of to_dict."""
         require_type("data", data, dict)
         return cls(
-            source=data.get("source", "simulated"),
-            events=_rebuild(Event, "events", data.get("events", [])),
-            memory=_rebuild(MemorySample, "memory", data.get("memory", [])),
-            meta=dict(require_type("meta", data.get("meta", {}), dict)),
+            source=require_choice("data['source']", data.get("source", "simulated"), SOURCES),
+            events=_rebuild(Event, "data['events']", data.get("events", [])),
+            memory=_rebuild(MemorySample, "data['memory']", data.get("memory", [])),
+            meta=dict(require_type("data['meta']", data.get("meta", {}), dict)),
         )
 
 

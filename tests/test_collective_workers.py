@@ -119,8 +119,10 @@ def test_fit_with_noise_and_degenerate_data() -> None:
 
 
 def test_fit_bad_input() -> None:
-    with pytest.raises(ValueError, match="same number"):
+    with pytest.raises(ValueError, match=r"^sizes_bytes=\[1024\] has 1 sizes"):
         fit_alpha_beta([1024], [1e-3, 2e-3], 4)
+    with pytest.raises(ValueError, match="same number"):
+        fit_alpha_beta([1024, 2048], [1e-3], 4)
     with pytest.raises(ValueError, match="times > 0"):
         fit_alpha_beta([1024, 2048], [0.0, 1e-3], 4)
     with pytest.raises(ValueError, match="world_size"):

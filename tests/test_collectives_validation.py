@@ -218,7 +218,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
     ("fit weighting", lambda: fit_link(SIZES, TIMES, 2, 1.0, "f", "median"), "weighting"),
     ("fit sizes none", lambda: fit_link(wrong(None), TIMES, 2, 1.0, "f"), "sizes_bytes"),
     ("fit lengths", lambda: fit_link([1, 2, 3], TIMES, 2, 1.0, "f"), "times_s"),
-    ("fit one point", lambda: fit_link([1], [1e-3], 2, 1.0, "f"), "times_s"),
+    ("fit one point", lambda: fit_link([1], [1e-3], 2, 1.0, "f"), "sizes_bytes"),
     ("fit size", lambda: fit_link([-1, 2], TIMES, 2, 1.0, "f"), "sizes_bytes[0]"),
     ("fit zero time", lambda: fit_link(SIZES, [0.0, 1e-3], 2, 1.0, "f"), "times_s[0]"),
     ("fit nan time", lambda: fit_link(SIZES, [1e-3, NAN], 2, 1.0, "f"), "times_s[1]"),

@@ -127,7 +127,7 @@ def test_bad_arguments() -> None:
         predict_speedup(0.5, 0)
     with pytest.raises(ValueError, match=r"^threads\[0\]\[0\] kind='io'"):
         schedule([[("io", 1.0)]])
-    with pytest.raises(ValueError, match=r"^len\(threads\)=0 is out of range"):
+    with pytest.raises(ValueError, match=r"^threads=<0 threads> is out of range"):
         schedule([])
     with pytest.raises(ValueError, match="n_threads"):
         gil_measure.measure_scaling("python", (1, 0))

@@ -281,8 +281,8 @@ STRATEGY_CALLS: list[tuple[str, Callable[[], object], str]] = [
     ("fsdp.build_units", lambda: build_units(W, NODE, DDPConfig()), "config"),  # type: ignore[arg-type]
     ("fsdp.make_config", lambda: fsdp.ZERO3.make_config(1, 2, 2, "adam", "fp8"), "precision"),
     ("base.split_evenly", lambda: split_evenly(2, -4), "global_batch"),
-    ("registry.get_strategy", lambda: get_strategy("tp"), "strategy"),
-    ("registry.get_strategy list", lambda: get_strategy(["ddp"]), "strategy"),  # type: ignore[arg-type]
+    ("registry.get_strategy", lambda: get_strategy("tp"), "name"),
+    ("registry.get_strategy list", lambda: get_strategy(["ddp"]), "name"),  # type: ignore[arg-type]
     ("registry.unregister", lambda: unregister("tp"), "strategy"),
 ]
 

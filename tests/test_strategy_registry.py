@@ -43,7 +43,7 @@ def test_the_registry_lists_the_strategies_in_order() -> None:
     assert [get_strategy(n).label for n in ORDER] == [
         "single device", "DataParallel", "DDP", "FSDP / ZeRO-1", "FSDP / ZeRO-2",
         "FSDP / ZeRO-3"]
-    with pytest.raises(ValueError, match=r"^strategy='tp' is not known; allowed: 'single', "
+    with pytest.raises(ValueError, match=r"^name='tp' is not known; allowed: 'single', "
                                          r"'dp', 'ddp', 'zero1', 'zero2', 'fsdp'$"):
         get_strategy("tp")
 

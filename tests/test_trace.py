@@ -109,15 +109,16 @@ BAD_CALLS: list[tuple[str, Callable[[], object]]] = [
     ("device", lambda: _trace().memory_at_peak(True)),
     ("device", lambda: _trace().totals_by_kind(-2)),
     ("data", lambda: Trace.from_dict([])),  # type: ignore[arg-type]
-    ("events", lambda: Trace.from_dict({"events": "none"})),
-    ("events[0]", lambda: Trace.from_dict({"events": [[0, "compute"]]})),
-    ("events[0]", lambda: Trace.from_dict({"events": [{"device": 0, "stream": "compute"}]})),
-    ("events[0].start_s", lambda: Trace.from_dict({"events": [
+    ("data['events']", lambda: Trace.from_dict({"events": "none"})),
+    ("data['events'][0]", lambda: Trace.from_dict({"events": [[0, "compute"]]})),
+    ("data['events'][0]",
+     lambda: Trace.from_dict({"events": [{"device": 0, "stream": "compute"}]})),
+    ("data['events'][0].start_s", lambda: Trace.from_dict({"events": [
         {"device": 0, "stream": "s", "kind": "k", "start_s": math.nan, "end_s": 1.0}]})),
-    ("memory[0].nbytes", lambda: Trace.from_dict({"memory": [
+    ("data['memory'][0].nbytes", lambda: Trace.from_dict({"memory": [
         {"device": 0, "time_s": 0.0, "category": "c", "nbytes": -1}]})),
-    ("meta", lambda: Trace.from_dict({"meta": [("a", 1)]})),
-    ("source", lambda: Trace.from_dict({"source": "real"})),
+    ("data['meta']", lambda: Trace.from_dict({"meta": [("a", 1)]})),
+    ("data['source']", lambda: Trace.from_dict({"source": "real"})),
 ]
 
 

@@ -60,7 +60,10 @@ def _check_timings(sizes_bytes: Sequence[int], times_s: Sequence[float]) -> None
     for field, values in (("sizes_bytes", sizes_bytes), ("times_s", times_s)):
         if isinstance(values, str) or not isinstance(values, Sequence):
             raise ValueError(f"{field}={values!r} is not a list; give a list of numbers")
-    if len(sizes_bytes) != len(times_s) or len(sizes_bytes) < 2:
+    if len(sizes_bytes) < 2:
+        raise ValueError(f"sizes_bytes={list(sizes_bytes)!r} has {len(sizes_bytes)} sizes; "
+                         "allowed: at least 2, one per time")
+    if len(sizes_bytes) != len(times_s):
         raise ValueError(f"times_s={list(times_s)!r} has {len(times_s)} times for "
                          f"{len(sizes_bytes)} sizes; allowed: the same number of each, at least 2")
     for i, s in enumerate(sizes_bytes):

@@ -52,6 +52,7 @@ from dpsim.strategies.inputs import (
     require_terms,
     require_trace,
     require_workload,
+    shown,
 )
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_bool, require_choice, require_int
@@ -158,7 +159,8 @@ def _check_simulate(workload: Workload, cluster: Cluster, config: DDPConfig | No
     require_cluster(cluster)
     if config is not None:
         require_config(config, DDPConfig)
-    for i, t in enumerate(require_sequence("tensors", tensors, empty=True) if tensors else ()):
+    checked = () if tensors is None else require_sequence("tensors", tensors, empty=True)
+    for i, t in enumerate(checked):
         tensor = require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
         require_int(f"tensors[{i}].layer", tensor.layer, 0, len(workload.layers) - 1)
 
@@ -215,6 +217,9 @@ def step_result(trace: Trace, device: int = 0) -> StepResult:
     """Split one step of a DDP trace, simulated or measured, on `device`: compute, and
     communication hidden behind it or exposed; peak memory as the trace sampled it."""
     require_trace(trace)
+    if not trace.events:
+        raise ValueError(f"trace={shown(trace)} has no events; allowed: a DDP trace "
+                         "(ddp.simulate, or a recording of a real run)")
     require_int("device", device, 0)
     events = trace.filter(device=device)
     if not events:
@@ -247,7 +252,7 @@ def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = Non
     require_workload(workload)
     require_cluster(cluster)
     require_ints("world_sizes", world_sizes, 1, MAX_DEVICES)
-    cfg = config or DDPConfig()
+    cfg = DDPConfig() if config is None else require_config(config, DDPConfig)
     out = []
     for n in world_sizes:
         trace = simulate(workload, cluster.with_devices(n), cfg)

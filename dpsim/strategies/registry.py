@@ -50,9 +50,9 @@ def unregister(name: str) -> None:
     del _REGISTRY[name]
 
 
-def get_strategy(name: str) -> Strategy[Any]:
-    """The strategy registered as `name`; ValueError listing the names otherwise."""
-    require_choice("strategy", name, _REGISTRY)
+def get_strategy(name: str, *, field: str = "name") -> Strategy[Any]:
+    """The strategy registered as `name`; ValueError naming `field` otherwise."""
+    require_choice(field, name, _REGISTRY)
     return _REGISTRY[name]
 
 

@@ -14,7 +14,7 @@ from dpsim.hardware import CLUSTERS, get_cluster
 from dpsim.strategies import dp
 from dpsim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
 from dpsim.trace import Trace
-from dpsim.validation import require_choice, require_int
+from dpsim.validation import require_choice, require_finite, require_int
 from dpsim.viz.memory_per_device import peak_per_device
 from dpsim.viz.style import human_bytes
 from dpsim.workload import PRESETS, Workload, get_workload
@@ -85,6 +85,8 @@ def describe(summary: dict[str, Any]) -> str:
     if not isinstance(summary, Mapping) or missing:
         raise ValueError(f"summary={summary!r} is not a summary from explore(); it needs the keys "
                          + ", ".join(repr(k) for k in SUMMARY_KEYS))
+    for key in ("device 0 peak", "largest other peak", "step_time_s"):
+        require_finite(f"summary[{key!r}]", summary[key], 0)
     extra = ", ".join(f"{k} {human_bytes(v)}" for k, v in summary["extra_at_loss"].items() if v)
     ratio = summary["imbalance"]
     lines = [

@@ -17,6 +17,7 @@ from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, Workload, get_workload
 
 OWN_MODEL = "your model"
+MAX_GLOBAL_BATCH = 1 << 24  # the planner's bound on a global batch, samples
 ETHERNET_10G = Link("Ethernet 10 Gb/s", 1.25, 50.0)  # between CPU machines beyond this one
 CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
 GLOBAL_BATCHES = tuple(2**k for k in range(13))  # 1 .. 4096 samples
@@ -80,7 +81,7 @@ class StrategyExplorer:
         require_choice("strategy", strategy, names())
         if n_devices is not None:
             require_int("n_devices", n_devices, 1, max(POWERS_OF_TWO))
-        require_int("global_batch", global_batch, 1)
+        require_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
         require_choice("precision", precision, PLAN_PRECISIONS)
 
     def _preset(self, model: str) -> Workload:
