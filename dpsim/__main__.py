@@ -12,7 +12,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dpsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="what this machine has and what will run for real here")
-    lab = sub.add_parser("lab", help="start JupyterLab on 127.0.0.1 with a token")
+    lab = sub.add_parser("lab", help="start JupyterLab on 127.0.0.1 with a token; Ctrl-C, "
+                         "SIGTERM or SIGHUP stops it and its kernels")
     lab.add_argument("--port", type=int, default=0, help="0 picks a free port")
     lab.add_argument("--no-browser", action="store_true")
     ex = sub.add_parser("exercises", help="generate exercises/ from solutions/, or check it")

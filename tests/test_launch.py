@@ -144,6 +144,22 @@ def _hang_on_rank_1(rank: int, world_size: int, directory: str) -> int:
     return rank
 
 
+class _SlowToLoadOnRank1:
+    """An argument whose unpickling never ends on rank 1: that rank never joins the group."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (_load_slowly_on_rank_1, ())
+
+
+def _load_slowly_on_rank_1() -> None:
+    if os.environ.get("RANK") == "1":
+        _sleep_forever()
+
+
+def _return_rank(rank: int, world_size: int, _unused: Any) -> int:
+    return rank
+
+
 # --------------------------------------------------------------------------- success
 
 
@@ -279,6 +295,28 @@ def test_hanging_ranks_time_out_with_their_stacks(tmp_path: Path) -> None:
     if hasattr(signal, "SIGUSR1") and both_started:  # else start-up alone outlasted timeout_s
         assert "all_reduce" in err.stacks.get(0, "")
         assert "_sleep_forever" in err.stacks.get(1, "")
+        assert err.states[0].startswith(
+            "in a collective: blocked in all_reduce (torch.distributed), called from "
+            "_hang_on_rank_1 (test_launch.py, line ")
+        assert err.states[1].startswith("running Python code in _sleep_forever (test_launch.py")
+        assert "called from fn _hang_on_rank_1" in err.states[1]
+        assert f"rank 0: {err.states[0]}" in str(err)
+        assert f"rank 1: {err.states[1]}" in str(err)
+    _assert_no_ranks_left(err.pids)
+
+
+@pytest.mark.slow
+def test_timeout_says_which_rank_never_joined() -> None:
+    with pytest.raises(LaunchTimeoutError) as info:
+        launch(_return_rank, 2, args=(_SlowToLoadOnRank1(),), timeout_s=12)
+    err = info.value
+    assert err.ranks == [0, 1]
+    assert err.states[1].startswith("still starting: it never joined the process group")
+    assert err.states[0].startswith("still starting")  # waits for rank 1, or slow itself
+    if "joined the process group and waits" in err.states[0]:
+        assert "waits for rank(s) 1 to join; fn has not started" in err.states[0]
+    assert "rank 1: still starting" in str(err)
+    assert "raise timeout_s" in str(err)
     _assert_no_ranks_left(err.pids)
 
 
@@ -304,8 +342,9 @@ def test_traceback_shows_lines_of_code_without_a_file() -> None:
 @pytest.mark.slow
 def test_unpicklable_result_is_a_clear_rank_failure() -> None:
     with pytest.raises(RankFailedError, match="cannot be pickled") as info:
-        launch(lambda r, w: (x for x in range(3)), 2)
+        launch(lambda r, w: {"rank": r, "rows": (x for x in range(3))}, 2)
     assert info.value.rank in (0, 1)
+    assert "What cannot be pickled: result['rows'] (generator)." in str(info.value)
     _assert_no_ranks_left(info.value.pids)
 
 
@@ -351,8 +390,115 @@ def test_bad_inputs_raise_value_error_naming_the_field(kwargs: dict[str, Any], f
 def test_not_callable_and_unpicklable_arguments_raise_before_starting() -> None:
     with pytest.raises(ValueError, match="fn="):
         launch(42)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="cannot be pickled"):
+    with pytest.raises(ValueError, match="cannot be pickled") as info:
         launch(lambda r, w, g: r, 2, args=((x for x in range(2)),))
+    assert "What cannot be pickled: args[0] (generator)." in str(info.value)
+
+
+CELL = """
+import socket, threading
+LOCK = threading.Lock()        # dill pickles locks: not named
+ROWS = (i for i in range(3))   # a generator: named
+SOCK = socket.socket()
+
+def helper():
+    return next(ROWS)
+
+def make_fn():
+    conn = SOCK                # the same socket, reached through a closure
+    def cell_fn(rank, world_size, limit=(i for i in range(2))):
+        with LOCK:
+            return helper() + len(str(SOCK)) + conn.fileno()
+    return cell_fn
+"""
+
+
+def test_unpicklable_parts_of_fn_are_named_with_their_type() -> None:
+    """Like a notebook cell: fn pickles by value with the globals, cells and defaults it uses."""
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(CELL, "<dpsim-test-cell-2>", "exec"), namespace)
+    try:
+        with pytest.raises(ValueError, match="cannot be pickled") as info:
+            launch(namespace["make_fn"](), 2, kwargs={"opts": {"out": namespace["SOCK"]}})
+    finally:
+        namespace["SOCK"].close()
+    message = str(info.value)
+    for part in ("ROWS (generator; a global used by fn `cell_fn`)",
+                 "SOCK (socket.socket; a global used by fn `cell_fn`)",
+                 "conn (socket.socket; a variable of fn `cell_fn`'s closure)",
+                 "limit (generator; the default of fn `cell_fn`'s parameter limit)",
+                 "kwargs['opts']['out'] (socket.socket)"):
+        assert part in message
+    named = message.split("What cannot be pickled: ", 1)[1].split(". ", 1)[0]
+    assert "LOCK" not in named
+    assert "_thread" not in named
+
+
+class _Holder:
+    def __init__(self) -> None:
+        self.rows = (i for i in range(2))
+        self.size = 3
+
+    def work(self, rank: int, world_size: int) -> int:
+        return rank + self.size
+
+
+def test_unpicklable_parts_of_methods_and_many_parts() -> None:
+    from dpsim.runtime.launch.pickling import describe_unpicklable
+
+    assert describe_unpicklable(_Holder().work, (), {}) == (
+        "work.__self__.rows (generator; the object whose method is work)")
+    many = describe_unpicklable(_return_rank, ([(i for i in "ab") for _ in range(20)],),
+                                {"extra": (i for i in "c")})
+    assert many.split("; ")[:2] == ["args[0][0] (generator)", "args[0][1] (generator)"]
+    assert many.endswith("args[0][7] (generator); and more")
+    assert describe_unpicklable(_return_rank, (1, "x"), {"n": 2}) == ""
+
+
+def test_timeout_state_read_from_a_stack() -> None:
+    """What a stuck rank was doing, from a faulthandler dump and the ranks that joined."""
+    from dpsim.runtime.launch.states import rank_state
+
+    site = "/usr/lib/python3.11/site-packages"
+    dump = textwrap.dedent(f"""\
+        Thread 0x00007f0000000001 (most recent call first):
+          File "/usr/lib/python3.11/threading.py", line 320 in wait
+        Current thread 0x00007f0000000002 (most recent call first):
+          File "{site}/torch/distributed/distributed_c10d.py", line 2 in barrier
+          File "{site}/torch/distributed/c10d_logger.py", line 8 in wrapper
+          File "/home/me/train.py", line 12 in step
+          File "/home/me/train.py", line 30 in work
+          File "/x/dpsim/runtime/launch/rank.py", line 150 in _run_fn
+          File "/x/dpsim/runtime/launch/rank.py", line 90 in _rank_main
+        """)
+    assert rank_state(0, dump, {0, 1}, 2) == (
+        "in a collective: blocked in barrier (torch.distributed), called from "
+        "step (train.py, line 12)")
+    python = dump.replace("torch/distributed/distributed_c10d.py", "torch/nn/modules/module.py")
+    python = python.replace("torch/distributed/c10d_logger.py", "torch/nn/modules/linear.py")
+    python = python.replace(" in barrier", " in forward").replace(" in wrapper", " in _call")
+    assert rank_state(0, python, {0, 1}, 2) == (
+        "running Python code in step (train.py, line 12), called from fn work (train.py, "
+        "line 30); now inside forward (module.py, line 2)")
+    joining = dump.replace(" in _run_fn", " in _join_group")
+    assert rank_state(1, joining, {0}, 2) == (
+        "still starting: it never joined the process group (it was joining the process group)")
+    assert rank_state(0, joining, {0}, 2).startswith("still starting: it joined the process "
+                                                     "group and waits for rank(s) 1 to join")
+    assert rank_state(1, None, {0}, 2) == "still starting: it never joined the process group"
+    assert rank_state(1, None, {0, 1}, 2) == "running fn (its Python stack could not be read)"
+    assert rank_state(1, joining, None, 2).startswith("still starting")
+
+
+def test_timeout_message_lists_each_rank_state() -> None:
+    err = LaunchTimeoutError([0, 1], 5.0, states={0: "in a collective: blocked in barrier",
+                                                  1: "running Python code in f (a.py, line 3)"})
+    assert err.states == {0: "in a collective: blocked in barrier",
+                          1: "running Python code in f (a.py, line 3)"}
+    text = str(err)
+    assert "\n  rank 0: in a collective: blocked in barrier\n" in text
+    assert "\n  rank 1: running Python code in f (a.py, line 3)\n" in text
+    assert "same collectives in the same order" in text
 
 
 def test_nccl_without_enough_gpus_suggests_gloo() -> None:

@@ -48,13 +48,22 @@ def test_doctor_runs_and_lists_every_chapter() -> None:
         assert nb.name in out, f"{nb.name} missing from the doctor's plan"
 
 
-def test_lab_binds_loopback_with_a_token() -> None:
-    from dpsim.course.lab import lab_command
+def test_lab_binds_loopback_with_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token travels in the environment: a command line is visible to every user."""
+    from dpsim.course.lab import TOKEN_ENV, lab_command
 
-    argv, token = lab_command(port=9999, open_browser=False)
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+
+    argv, env = lab_command(port=9999, open_browser=False)
+    token = env["JUPYTER_TOKEN"]
     assert "--ServerApp.ip=127.0.0.1" in argv
-    assert f"--IdentityProvider.token={token}" in argv
+    assert "--ServerApp.port=9999" in argv
     assert len(token) >= 24
+    assert not any(token in arg or "token" in arg.lower() for arg in argv)
+    _, again = lab_command(port=9999, open_browser=False)
+    assert again["JUPYTER_TOKEN"] != token  # a fresh token each start
+    _, chosen = lab_command(token="x" * 32)
+    assert chosen["JUPYTER_TOKEN"] == "x" * 32
 
 
 def test_one_python_floor_everywhere() -> None:

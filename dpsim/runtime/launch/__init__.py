@@ -15,7 +15,8 @@ How it stays reliable in a notebook:
 * ranks start `fn` only once all of them joined the group, and leave together; a join that
   fails with a transient connection error is retried with fresh processes;
 * a rank that raises, dies or hangs is reported as `RankFailedError` or
-  `LaunchTimeoutError` (with the Python stacks of hung ranks), and every rank process is
+  `LaunchTimeoutError` (saying of each hung rank whether it was still starting, blocked in
+  a collective or running Python code, with its Python stack), and every rank process is
   stopped (SIGTERM, then SIGKILL) and reaped before `launch` returns or raises,
   KeyboardInterrupt included;
 * rank processes kill themselves when the launching process dies (PR_SET_PDEATHSIG on
@@ -25,8 +26,9 @@ Only the standard library is imported at module level: torch is imported on use,
 the rank's environment variables are set.
 
 The package, one job a module: `job` (`launch` and its join retries), `rank` (what runs
-inside a rank process), `supervise` (watching and stopping ranks), `ports` (the
-rendezvous store and free ports), `backend` (choosing gloo or nccl), `errors`.
+inside a rank process), `supervise` (watching and stopping ranks), `states` (what a hung
+rank was doing), `pickling` (naming what dill cannot ship), `ports` (the rendezvous store
+and free ports), `backend` (choosing gloo or nccl), `errors`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = ["LaunchError", "LaunchTimeoutError", "RankFailedError"]
 
@@ -58,8 +58,9 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
     """Some ranks did not finish within `timeout_s`; they were stopped.
 
     Attributes: `ranks` (the ranks that did not finish), `timeout_s` (seconds),
-    `stacks` (rank -> Python stack text captured just before stopping it, when available),
-    `pids`.
+    `states` (rank -> one line on what it was doing: "still starting: ...", "in a
+    collective: ..." or "running Python code ..."), `stacks` (rank -> Python stack text
+    captured just before stopping it, when available), `finished`, `pids`.
     """
 
     def __init__(
@@ -69,24 +70,41 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
         *,
         finished: Sequence[int] = (),
         stacks: Mapping[int, str] | None = None,
+        states: Mapping[int, str] | None = None,
         pids: Sequence[int] = (),
     ) -> None:
         stacks = dict(stacks or {})
+        states = dict(states or {})
         noun = "rank" if len(ranks) == 1 else "ranks"
         message = (
             f"{noun} {', '.join(map(str, ranks))} did not finish within timeout_s={timeout_s:g} s"
-            f" (finished: {list(finished) if finished else 'none'}); they were stopped. "
-            "A rank waits forever in a collective that another rank never calls; "
-            "raise timeout_s if the work is only slow (start-up takes 1-3 s)."
+            f" (finished: {list(finished) if finished else 'none'}); they were stopped."
         )
+        for rank in ranks:
+            message += f"\n  rank {rank}: {states.get(rank, 'state unknown')}"
+        message += "\n" + _timeout_hint(states.values())
         for rank in sorted(stacks):
             message += f"\n\nWhere rank {rank} was:\n{stacks[rank].rstrip()}"
         super().__init__(message)
         self.ranks = list(ranks)
         self.timeout_s = timeout_s
         self.finished = list(finished)
+        self.states = states
         self.stacks = stacks
         self.pids = list(pids)
+
+
+def _timeout_hint(states: Iterable[str]) -> str:
+    """What to do about ranks in these states."""
+    kinds = {state.split(":", 1)[0] for state in states}
+    if "in a collective" in kinds and len(kinds) > 1:
+        return ("A rank waits forever in a collective that another rank never calls: make "
+                "every rank call the same collectives in the same order.")
+    if "still starting" in kinds:
+        return ("Start-up (importing torch, joining the group) takes 1-3 s per rank and "
+                "longer on a busy machine: raise timeout_s.")
+    return ("A rank waits forever in a collective that another rank never calls; "
+            "raise timeout_s if the work is only slow.")
 
 
 def _describe_exit(exitcode: int | None) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dpsim.runtime.launch.backend import BACKENDS, choose_backend
 from dpsim.runtime.launch.errors import LaunchTimeoutError, RankFailedError
+from dpsim.runtime.launch.pickling import describe_unpicklable
 from dpsim.runtime.launch.ports import _is_loopback, _loopback_ifname, _start_store
 from dpsim.runtime.launch.rank import (
     _RANK_NAME_PREFIX,
@@ -22,7 +23,8 @@ from dpsim.runtime.launch.rank import (
     _RankSpec,
     _skip_main_reimport,
 )
-from dpsim.runtime.launch.supervise import _collect, _read_stacks, _stop
+from dpsim.runtime.launch.states import joined_ranks, rank_state
+from dpsim.runtime.launch.supervise import _collect, _read_stacks, _stop, _trim_stack
 from dpsim.validation import require_choice, require_int, require_range
 
 __all__ = ["MAX_WORLD_SIZE", "last_pids", "launch"]
@@ -34,6 +36,12 @@ _JOIN_ATTEMPTS = 3
 _TRANSIENT_JOIN_ERRORS = (
     "connectFullMesh", "Connection closed by peer", "Connection reset by peer",
     "Connect timeout", "Broken pipe",
+)
+
+_PICKLE_FIX = (
+    "Create such objects inside fn (generators, sockets, database connections, "
+    "multiprocessing queues and locks, DataLoader iterators), or pass what they are made "
+    "from (a path, a size, a seed)."
 )
 
 _pids_lock = threading.Lock()
@@ -126,16 +134,17 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _ship(fn: Callable[..., Any], args: Any, kwargs: Mapping[str, Any] | None) -> bytes:
-    """dill bytes of (fn, args, kwargs) for the ranks; ValueError naming the fix if not."""
+    """dill bytes of (fn, args, kwargs) for the ranks; ValueError naming what fails if not."""
     import dill
 
+    args, kwargs = tuple(args), dict(kwargs or {})
     try:
-        payload: bytes = dill.dumps((fn, tuple(args), dict(kwargs or {})), recurse=True)
+        payload: bytes = dill.dumps((fn, args, kwargs), recurse=True)
     except Exception as exc:
+        parts = describe_unpicklable(fn, args, kwargs) or "(no single part found; fn as a whole)"
         raise ValueError(
-            f"fn, args or kwargs cannot be pickled with dill to ship them to the ranks: "
-            f"{type(exc).__name__}: {exc}. Create such objects (locks, open files, "
-            "generators) inside fn instead."
+            f"fn, args or kwargs cannot be pickled with dill to ship them to the ranks "
+            f"({type(exc).__name__}: {exc}). What cannot be pickled: {parts}. {_PICKLE_FIX}"
         ) from exc
     return payload
 
@@ -218,7 +227,7 @@ class _Job:
             for rank in range(self.world_size):
                 spec = self._spec(rank, store_host, store_port, store_prefix)
                 self._start_rank(spec, procs, conns, dump_conns)
-            return self._results(procs, conns, dump_conns, deadline)
+            return self._results(procs, conns, dump_conns, deadline, (store, store_prefix))
         finally:
             _stop(procs)
             for conn in conns + dump_conns:
@@ -264,8 +273,11 @@ class _Job:
             _last_pids[:] = [p.pid for p in procs if p.pid is not None]
 
     def _results(self, procs: list[Any], conns: list[Any], dump_conns: list[Any],
-                 deadline: float) -> list[Any]:
-        """Collect the started ranks; return their results or raise the launch's error."""
+                 deadline: float, store: tuple[Any, str]) -> list[Any]:
+        """Collect the started ranks; return their results or raise the launch's error.
+
+        `store`: the rendezvous store and this launch's key prefix in it.
+        """
         pids = [p.pid for p in procs]
         results, failures = _collect(procs, conns, deadline)
         if failures:
@@ -279,10 +291,13 @@ class _Job:
             )
         stuck = [rank for rank in range(self.world_size) if rank not in results]
         if stuck:
-            stacks = _read_stacks(procs, dump_conns, stuck)
+            dumps = _read_stacks(procs, dump_conns, stuck)
+            joined = joined_ranks(*store, self.world_size)
             _stop(procs)
+            states = {r: rank_state(r, dumps.get(r), joined, self.world_size) for r in stuck}
+            stacks = {r: text for r, dump in dumps.items() if (text := _trim_stack(dump))}
             raise LaunchTimeoutError(stuck, self.timeout_s, finished=sorted(results),
-                                     stacks=stacks, pids=pids)
+                                     stacks=stacks, states=states, pids=pids)
         exit_deadline = time.monotonic() + _EXIT_GRACE_S
         for p in procs:
             p.join(max(0.0, exit_deadline - time.monotonic()))

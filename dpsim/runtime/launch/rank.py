@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from dpsim.runtime.launch.pickling import unpicklable_parts
 from dpsim.runtime.launch.ports import _torch_timeout
 
 _PARENT_POLL_S = 1.0  # the parent-watching thread's period, seconds
@@ -184,9 +185,14 @@ def _join_group(spec: _RankSpec) -> Any:
     )
     # No rank starts fn before every rank has joined: if one fails to join, fn has run
     # nowhere and the launcher may safely start the whole group again.
-    store.set(f"joined/{spec.rank}", "1")
-    store.wait([f"joined/{r}" for r in range(spec.world_size)], timeout)
+    store.set(joined_key(spec.rank), "1")
+    store.wait([joined_key(r) for r in range(spec.world_size)], timeout)
     return store
+
+
+def joined_key(rank: int) -> str:
+    """The store key a rank sets once it joined the process group (the launcher reads it)."""
+    return f"joined/{rank}"
 
 
 def _result_message(result: Any) -> tuple[Any, ...]:
@@ -196,11 +202,13 @@ def _result_message(result: Any) -> tuple[Any, ...]:
     try:
         return ("ok", dill.dumps(result, recurse=True))
     except Exception as exc:
+        parts = unpicklable_parts("result", result) or [f"result ({type(result).__name__})"]
         return (
             "error",
             f"its return value ({type(result).__name__}) cannot be pickled to send it "
-            f"back: {type(exc).__name__}: {exc}. Return plain Python values, numpy "
-            "arrays or CPU tensors (e.g. t.detach().cpu()).",
+            f"back: {type(exc).__name__}: {exc}. What cannot be pickled: "
+            f"{'; '.join(parts)}. Return plain Python values, numpy arrays or CPU tensors "
+            "(e.g. t.detach().cpu()).",
             "",
             type(exc).__name__,
             "result",

@@ -66,7 +66,7 @@ def _stop(procs: Sequence[Any], grace_s: float = _TERMINATE_GRACE_S) -> None:
 
 def _read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequence[int]
                  ) -> dict[int, str]:
-    """Ask stuck ranks for their Python stacks (SIGUSR1 -> faulthandler) and read them."""
+    """Ask stuck ranks for their Python stacks (SIGUSR1 -> faulthandler); the dumps' text."""
     sigusr1 = getattr(signal, "SIGUSR1", None)
     if sigusr1 is None:
         return {}
@@ -78,12 +78,7 @@ def _read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequenc
                 os.kill(pid, sigusr1)
                 asked.append(rank)
     chunks = _read_dumps(dump_conns, asked)
-    stacks = {}
-    for rank, data in chunks.items():
-        text = _trim_stack(data)
-        if text is not None:
-            stacks[rank] = text
-    return stacks
+    return {rank: data.decode(errors="replace") for rank, data in chunks.items() if data}
 
 
 def _read_dumps(dump_conns: Sequence[Any], asked: Sequence[int]) -> dict[int, bytes]:
@@ -110,12 +105,12 @@ def _read_dumps(dump_conns: Sequence[Any], asked: Sequence[int]) -> dict[int, by
     return chunks
 
 
-def _trim_stack(data: bytes) -> str | None:
+def _trim_stack(dump: str) -> str | None:
     """A faulthandler dump without the frames of the launcher and multiprocess below fn.
 
     None when no line is left.
     """
-    lines = data.decode(errors="replace").splitlines()
+    lines = dump.splitlines()
     # Most recent call first: cut at the first frame of the rank's own code.
     suffixes = tuple(f" in {name}" for name in _RANK_FRAMES)
     cut = next((i for i, line in enumerate(lines) if line.endswith(suffixes)), None)
