@@ -105,3 +105,15 @@ def test_clean_result_or_valueerror_naming_an_argument(name: str, data: st.DataO
     walk = call_bounded(lambda: bad_numbers(outcome.result, skip=entry.skip), 10 * SECONDS)
     assert walk.status == "returned", f"reading what {call} returned: {walk.error!r}"
     assert not walk.result, f"{call} returned NaN, inf or negative numbers: {walk.result}"
+
+
+def test_every_public_name_is_fuzzed_or_skipped_with_a_reason() -> None:
+    """A new public function or class joins the fuzz's table (benchmarks/api_table*.py) or
+    `SKIPPED` with its reason, so `python -m benchmarks fuzz_api` covers the whole API."""
+    from benchmarks.api_surface import SKIPPED, covers, discover, entry_points
+
+    entries = entry_points()
+    missing = [d for d in discover()
+               if d not in SKIPPED and not any(covers(e.name, d) for e in entries)]
+    assert not missing, f"add these to the fuzz's table or to SKIPPED: {missing}"
+    assert all(reason.strip() for reason in SKIPPED.values())
