@@ -14,13 +14,26 @@ Two "nodes" on one machine (run each line in its own terminal; PORT is any free 
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for every process;
 the training itself is `dpsim.runtime.ddp_train.train_rank`, the function the notebook
 launches. Every rank prints its final checksum (the sum of |parameters|), equal on all.
+
+A rank ends with `exit_without_teardown`, not with the interpreter's own teardown: the gloo
+process group outlives `destroy_process_group` (importing torch._dynamo, which DDP does,
+keeps references to it), so its worker threads are still alive when Python finalizes, and
+one of them may still be freeing the last collective's work, whose saved thread-local state
+holds a Python object (the contextvars.Context every backward pass stashes). Freeing it takes
+the GIL; a thread that asks for the GIL while Python finalizes is ended with pthread_exit,
+whose unwinding through that C++ destructor aborts the process ("terminate called without an
+active exception", SIGABRT) after the rank has done all its work.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import os
 import sys
+import traceback
+from typing import NoReturn
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,9 +77,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rank {rank}/{world_size}: final loss {run.losses[-1]:.4f}, "
           f"checksum {run.checksum_final:.6f}", flush=True)
     dist.barrier()  # no rank tears its connections down while a peer still uses them
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # drops torch.distributed's references; gloo's threads live on
     return 0
 
 
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process with `code`: atexit handlers, flushed stdio, then os._exit.
+
+    Skips the interpreter's finalization, the one phase in which a gloo worker thread
+    freeing a Python object aborts the process (see the top of this file).
+    """
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        exit_code = main()
+    except Exception:  # a failed rank: its traceback and exit code 1, as Python would
+        traceback.print_exc()
+        exit_code = 1
+    exit_without_teardown(exit_code)
