@@ -135,8 +135,12 @@ def _run_in_kernel(runtime_dir: Path, kernel_id: str, code: str) -> None:
     client = BlockingKernelClient(connection_file=str(runtime_dir / f"kernel-{kernel_id}.json"))
     client.load_connection_file()
     client.start_channels()
-    try:
-        reply = client.execute_interactive(code, timeout=60, output_hook=lambda _msg: None)
+    try:  # the reply comes on the shell channel, which queues; iopub may drop early messages
+        msg_id = client.execute(code)
+        while True:
+            reply = client.get_shell_msg(timeout=120)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
     finally:
         client.stop_channels()
     assert reply["content"]["status"] == "ok", reply["content"]
