@@ -66,11 +66,16 @@ def main() -> None:
             updates.append({"model": model, "strategy": strategy, "n_devices": n,
                             "move_n_ms": round(move * 1e3, 1),
                             "new_setting_ms": round(new * 1e3, 1)})
+    fsdp_ms = round(fsdp_s * 1e3, 2)
+    worst = max(updates, key=lambda u: u["new_setting_ms"])
     result = {
-        "fsdp_step_1024_devices_96_layers_ms": round(fsdp_s * 1e3, 2),
+        "goal": "one FSDP step on 1024 devices <= 50 ms; every dashboard update <= 200 ms",
+        "goal_met": fsdp_ms <= 50.0 and worst["new_setting_ms"] <= 200.0,
+        "worst_case": worst,
+        "fsdp_step_1024_devices_96_layers_ms": fsdp_ms,
         "fsdp_goal_ms": 50.0,
         "dashboard_update_move_n_ms_max": max(u["move_n_ms"] for u in updates),
-        "dashboard_update_new_setting_ms_max": max(u["new_setting_ms"] for u in updates),
+        "dashboard_update_new_setting_ms_max": worst["new_setting_ms"],
         "dashboard_goal_ms": 200.0,
         "dashboard_updates": updates,
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
