@@ -28,12 +28,11 @@ active exception", SIGABRT) after the rank has done all its work.
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import os
 import sys
 import traceback
-from typing import NoReturn
+
+from dpsim.runtime.process_exit import exit_without_teardown
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,20 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()  # no rank tears its connections down while a peer still uses them
     dist.destroy_process_group()  # drops torch.distributed's references; gloo's threads live on
     return 0
-
-
-def exit_without_teardown(code: int) -> NoReturn:
-    """End the process with `code`: atexit handlers, flushed stdio, then os._exit.
-
-    Skips the interpreter's finalization, the one phase in which a gloo worker thread
-    freeing a Python object aborts the process (see the top of this file).
-    """
-    with contextlib.suppress(Exception):
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, ValueError, OSError):
-            stream.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":

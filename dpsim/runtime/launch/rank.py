@@ -6,7 +6,6 @@ its `_RankSpec` by reference to this module, which the rank then imports.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import faulthandler
@@ -24,6 +23,7 @@ from typing import Any
 
 from dpsim.runtime.launch.pickling import unpicklable_parts
 from dpsim.runtime.launch.ports import _torch_timeout
+from dpsim.runtime.process_exit import exit_without_teardown
 
 _PARENT_POLL_S = 1.0  # the parent-watching thread's period, seconds
 _PR_SET_PDEATHSIG = 1
@@ -109,7 +109,7 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
     result_conn.close()
     if message[0] == "ok":
         _leave_together(spec, store)
-    _fast_exit(0 if message[0] == "ok" else 1)
+    exit_without_teardown(0 if message[0] == "ok" else 1)
 
 
 def _set_up_process(spec: _RankSpec, dump_conn: Any) -> None:
@@ -252,17 +252,4 @@ def _exit_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="dpsim-parent-watch", daemon=True).start()
-
-
-def _fast_exit(code: int) -> None:
-    """End this rank: run atexit handlers, flush stdio, skip the interpreter teardown.
-
-    With torch loaded the teardown takes ~0.5 s of CPU per rank, most of a small launch.
-    """
-    with contextlib.suppress(BaseException):
-        atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, ValueError, OSError):
-            stream.flush()
-    os._exit(code)
 
