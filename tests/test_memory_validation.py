@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import pytest
@@ -31,6 +30,7 @@ from dpsim.memory import (
 )
 from dpsim.validation import MAX_COUNT
 from dpsim.workload import Layer, Workload, get_workload
+from tests.bad_input import raises_naming
 
 LAYER = Layer("l", "Linear", 10, 2, 40, 40, 400.0)
 W = Workload("w", (LAYER,))
@@ -121,7 +121,7 @@ COMPUTE_CALLS: list[tuple[str, Callable[[], object]]] = [
                          ids=[f"{i}-{f}" for i, (f, _) in enumerate(MEMORY_CALLS + COMPUTE_CALLS)])
 def test_bad_memory_and_compute_inputs_name_their_field(field: str,
                                                          call: Callable[[], object]) -> None:
-    with pytest.raises(ValueError, match=rf"^{re.escape(field)}="):
+    with raises_naming(field):
         call()
 
 
