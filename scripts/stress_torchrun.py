@@ -21,13 +21,15 @@ import os
 import platform
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from dpsim.runtime.launch import free_port
+from dpsim.runtime.torchrun import start_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_ddp.py"
@@ -49,30 +51,8 @@ class RunResult:
     output: str
 
 
-def _torchrun() -> list[str]:
-    exe = Path(sys.executable).with_name("torchrun")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
-def _env() -> dict[str, str]:
-    names = [name for _, name in socket.if_nameindex()]
-    loopback = next((n for n in ("lo", "lo0") if n in names), "lo")
-    env = dict(os.environ, GLOO_SOCKET_IFNAME=loopback, MASTER_ADDR="127.0.0.1",
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(args: list[str], steps: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([*_torchrun(), *args, str(SCRIPT), "--steps", str(steps)],
-                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return start_torchrun(args, SCRIPT, ["--steps", str(steps)])
 
 
 def _finish(proc: subprocess.Popen[str], deadline: float) -> tuple[int | None, str]:
@@ -103,7 +83,7 @@ def _judge(codes: list[int | None], text: str) -> str:
 
 def one_round(index: int, steps: int, timeout_s: float) -> list[RunResult]:
     """Both set-ups at once (as the test runs them); one RunResult per set-up."""
-    rdzv = ["--nnodes=2", "--nproc_per_node=1", f"--rdzv-endpoint=127.0.0.1:{_free_port()}"]
+    rdzv = ["--nnodes=2", "--nproc_per_node=1", f"--rdzv-endpoint=127.0.0.1:{free_port()}"]
     started = time.monotonic()
     groups = {
         "standalone": [_start(["--standalone", "--nproc_per_node=2"], steps)],

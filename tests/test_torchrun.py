@@ -11,15 +11,14 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from dpsim.runtime.launch import free_port
+from dpsim.runtime.torchrun import start_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_ddp.py"
@@ -27,24 +26,8 @@ TIMEOUT_S = 100.0  # per command, start-up of torch in 3-4 processes included
 CHECKSUM = re.compile(r"rank (\d+)/(\d+): final loss [\d.]+, checksum ([\d.]+)")
 
 
-def _torchrun() -> list[str]:
-    exe = Path(sys.executable).with_name("torchrun")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
-
-
-def _env() -> dict[str, str]:
-    names = [name for _, name in socket.if_nameindex()]
-    loopback = next((n for n in ("lo", "lo0") if n in names), "lo")
-    env = dict(os.environ, GLOO_SOCKET_IFNAME=loopback, MASTER_ADDR="127.0.0.1",
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
 def _start(args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([*_torchrun(), *args, str(SCRIPT), "--steps", "3"], cwd=ROOT,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return start_torchrun(args, SCRIPT, ["--steps", "3"])
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
