@@ -36,8 +36,8 @@ KINDS = (INT, FLOAT, CHOICE, BOOL, NAME, OBJECT, INTS, FLOATS, CHOICES, OBJECTS,
          SHAPES, DATA)
 
 SIMULATOR_MODULES = (
-    "dpsim.hardware", "dpsim.workload", "dpsim.trace", "dpsim.memory", "dpsim.compute",
-    "dpsim.gil", "dpsim.collectives.cost", "dpsim.collectives.ring",
+    "dpsim.hardware", "dpsim.workload", "dpsim.trace", "dpsim.memory", "dpsim.fsdp_shards",
+    "dpsim.compute", "dpsim.gil", "dpsim.collectives.cost", "dpsim.collectives.ring",
     "dpsim.collectives.schedule", "dpsim.collectives.fit", "dpsim.collectives.series",
     "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
     "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",

@@ -28,7 +28,7 @@ from benchmarks.api_surface import (
     obj,
     real,
 )
-from dpsim import compute, gil, hardware, memory, planner, trace, workload
+from dpsim import compute, fsdp_shards, gil, hardware, memory, planner, trace, workload
 from dpsim.collectives import cost, fit, ring, schedule, series
 from dpsim.strategies import base, ddp, dp, dp_closed_form, fsdp, single
 
@@ -215,13 +215,13 @@ def _memory() -> tuple[EntryPoint, ...]:
             integer("reserved_bytes", 0))),
         EntryPoint("memory.checkpointed_activation_bytes", m.checkpointed_activation_bytes, (
             WL, integer("batch_size", 8), choice("dtype", "fp32", DTYPES, optional=True))),
-        EntryPoint("memory.fsdp_shard_rows", m.fsdp_shard_rows, (
+        EntryPoint("fsdp_shards.fsdp_shard_rows", fsdp_shards.fsdp_shard_rows, (
             integer("dim0", 10), integer("world_size", 4), integer("rank", 1))),
-        EntryPoint("memory.fsdp_shard_numel", m.fsdp_shard_numel, (
+        EntryPoint("fsdp_shards.fsdp_shard_numel", fsdp_shards.fsdp_shard_numel, (
             Arg("shape", (10, 4), SHAPE), integer("world_size", 4), integer("rank", 1))),
-        EntryPoint("memory.fsdp_padded_shard_numel", m.fsdp_padded_shard_numel, (
+        EntryPoint("fsdp_shards.fsdp_padded_shard_numel", fsdp_shards.fsdp_padded_shard_numel, (
             Arg("shape", (10, 4), SHAPE), integer("world_size", 4))),
-        EntryPoint("memory.fsdp_rank_bytes", m.fsdp_rank_bytes, (
+        EntryPoint("fsdp_shards.fsdp_rank_bytes", fsdp_shards.fsdp_rank_bytes, (
             Arg("param_shapes", ((10, 4), (4,)), SHAPES), integer("world_size", 4),
             integer("rank", 1), choice("dtype", "fp32", DTYPES), OPT, flag("padded", False))),
     )

@@ -127,7 +127,7 @@ CLOSED_FORM_WORLD = (
     "collectives.cost.busbw_GBps", "collectives.cost.ring_bytes_per_rank_formula",
     "collectives.series.model_series", "collectives.series.bandwidth_series",
     "memory.zero_bytes_per_device", "memory.zero_sharded_fraction",
-    "memory.max_params_that_fit", "memory.fsdp_*", "strategies.ddp.all_reduce_time_s",
+    "memory.max_params_that_fit", "fsdp_shards.fsdp_*", "strategies.ddp.all_reduce_time_s",
     "strategies.fsdp.communication_bytes_per_step", "widgets.collectives_explorer.*",
 )
 ALLOWED: tuple[Allow, ...] = (
@@ -177,10 +177,10 @@ ALLOWED: tuple[Allow, ...] = (
           "an interval longer than the work: no forced switch"),
     Allow("collectives.ring.chunk_bounds", ("length",), ZERO_HUGE,
           "an empty or a huge array cut into n_chunks chunks"),
-    Allow("memory.fsdp_shard_rows", ("dim0",), ZERO_HUGE, "a parameter with 0 or many rows"),
-    Allow("memory.fsdp_*", ("rank",), ("zero",), "rank 0 exists"),
-    Allow("memory.fsdp_*", ("shape",), ("empty",), "a scalar parameter: shape ()"),
-    Allow("memory.fsdp_rank_bytes", ("param_shapes",), ("empty",), "no parameters"),
+    Allow("fsdp_shards.fsdp_shard_rows", ("dim0",), ZERO_HUGE, "a parameter with 0 or many rows"),
+    Allow("fsdp_shards.fsdp_*", ("rank",), ("zero",), "rank 0 exists"),
+    Allow("fsdp_shards.fsdp_*", ("shape",), ("empty",), "a scalar parameter: shape ()"),
+    Allow("fsdp_shards.fsdp_rank_bytes", ("param_shapes",), ("empty",), "no parameters"),
     Allow("hardware.Device", ("memory_GiB", "fp32_tflops", "bf16_tflops", "mem_bw_GBps",
                               "op_overhead_us"), HUGE,
           "a (hypothetical) very large or fast device: finite times"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpsim.memory import fsdp_rank_bytes
+from dpsim.fsdp_shards import fsdp_rank_bytes
 from dpsim.runtime.fsdp_train import (
     MODELS,
     TOLERANCE,

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dpsim"
-SIMULATOR_MODULES = {"validation", "hardware", "workload", "trace", "memory", "compute", "gil",
+SIMULATOR_MODULES = {"validation", "hardware", "workload", "trace", "memory", "fsdp_shards",
+                     "compute", "gil",
                      "planner", "collectives", "strategies"}
 # wing -> the wings it may import (its own included)
 ALLOWED = {

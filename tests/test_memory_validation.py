@@ -8,16 +8,18 @@ from collections.abc import Callable
 import pytest
 
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s, step_compute_s
+from dpsim.fsdp_shards import (
+    fsdp_padded_shard_numel,
+    fsdp_rank_bytes,
+    fsdp_shard_numel,
+    fsdp_shard_rows,
+)
 from dpsim.hardware import H100_80GB, MAX_WORLD_SIZE
 from dpsim.memory import (
     MAX_BYTES_PER_PARAM,
     MemoryBreakdown,
     bytes_per_param,
     checkpointed_activation_bytes,
-    fsdp_padded_shard_numel,
-    fsdp_rank_bytes,
-    fsdp_shard_numel,
-    fsdp_shard_rows,
     max_batch_size,
     max_params_that_fit,
     model_state_bytes,

@@ -7,12 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsim.memory import (
-    checkpointed_activation_bytes,
+from dpsim.fsdp_shards import (
     fsdp_padded_shard_numel,
     fsdp_rank_bytes,
     fsdp_shard_numel,
     fsdp_shard_rows,
+)
+from dpsim.memory import (
+    checkpointed_activation_bytes,
     max_params_that_fit,
     precision_bytes_per_param,
     zero_bytes_per_device,

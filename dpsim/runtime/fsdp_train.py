@@ -4,7 +4,7 @@ Each rank builds the same seeded model, shards it, and trains on its slice of ev
 global batch (gloo on CPU, NCCL on GPUs). After the last step each rank reports the bytes
 of its local shards (`DTensor.to_local()`: parameters, gradients, optimizer state), both
 unpadded and as allocated (padded to ceil(dim0/N) rows), next to dpsim's prediction
-(`memory.fsdp_rank_bytes`), and its part of the timeline recorded with torch.profiler
+(`fsdp_shards.fsdp_rank_bytes`), and its part of the timeline recorded with torch.profiler
 (FSDP's own `FSDP::all_gather` / `FSDP::post_backward_reduce` ranges). On a GPU,
 torch.cuda memory statistics are sampled through the last step.
 """
@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.memory import MemoryBreakdown, fsdp_rank_bytes
+from dpsim.fsdp_shards import fsdp_rank_bytes
+from dpsim.memory import MemoryBreakdown
 from dpsim.runtime.fsdp_record import CudaSampler, profile_to_trace, quiet_stderr
 from dpsim.runtime.models import mlp
 from dpsim.trace import Trace

@@ -92,7 +92,7 @@ def device_grid(fits: Mapping[str, bool], n_devices: int, max_shown: int = 64,
 
 def shard_layout(real: Sequence[int], row_bytes: int = 4, title: str | None = None
                  ) -> go.Figure:
-    """How dim 0 is cut: real rows per rank (memory.fsdp_shard_rows), padding to rank 0's."""
+    """How dim 0 is cut: real rows per rank (fsdp_shards.fsdp_shard_rows), padding to rank 0's."""
     rows = list(real)
     dim0, world_size, chunk = sum(rows), len(rows), max(rows, default=0)
     ranks = [f"rank {r}" for r in range(world_size)]
