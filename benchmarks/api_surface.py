@@ -37,7 +37,8 @@ KINDS = (INT, FLOAT, CHOICE, BOOL, NAME, OBJECT, INTS, FLOATS, CHOICES, OBJECTS,
 
 SIMULATOR_MODULES = (
     "dpsim.hardware", "dpsim.workload", "dpsim.trace", "dpsim.memory", "dpsim.fsdp_shards",
-    "dpsim.compute", "dpsim.gil", "dpsim.collectives.cost", "dpsim.collectives.ring",
+    "dpsim.compute", "dpsim.gil", "dpsim.gil_limits", "dpsim.collectives.cost",
+    "dpsim.collectives.ring",
     "dpsim.collectives.schedule", "dpsim.collectives.fit", "dpsim.collectives.series",
     "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
     "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
@@ -71,8 +72,11 @@ SKIPPED: dict[str, str] = {
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,
-    "dpsim.gil.simulation_steps": "the cost estimate simulate and schedule check first; "
-                                  "fuzzed through them",
+    "dpsim.gil_limits.simulation_steps": "the cost estimate simulate and schedule check "
+                                         "first; fuzzed through them",
+    "dpsim.gil_limits.check_steps": "the cost check simulate and schedule run first; fuzzed "
+                                    "through them",
+    "dpsim.gil_limits.check_threads": "the check schedule runs first; fuzzed through it",
     "dpsim.collectives.ring.chunk_sizes": "the sizes behind chunk_bounds; fuzzed through it",
     "dpsim.widgets.dp_explorer.check_setting": "the check explore and render run first; "
                                                "fuzzed through them",
