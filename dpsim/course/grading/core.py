@@ -40,6 +40,7 @@ class Case:
     mistakes: dict[str, Any] = field(default_factory=dict)  # hint -> answer it gives (None: skip)
     kwargs: dict[str, Any] = field(default_factory=dict)
     rel_tol: float = 0.0  # relative tolerance for float answers (0: exact)
+    abs_tol: float = 0.0  # absolute tolerance for float answers (0: none)
     call: Callable[[Callable[..., Any]], Any] | None = None  # how to run fn; default fn(*args)
 
 
@@ -55,6 +56,8 @@ class Exercise:
     title: str
     points: int
     make_cases: CaseMaker
+    # dotted names of dpsim functions that answer this exercise; calling one earns nothing
+    forbidden: tuple[str, ...] = ()
 
     @property
     def chapter(self) -> int:
@@ -96,8 +99,8 @@ _REGISTRY: dict[str, Exercise] = {}
 _imported: set[str] = set()  # chapter modules already imported
 
 
-def exercise(exercise_id: str, *, function: str, title: str,
-             points: int = 1) -> Callable[[CaseMaker], CaseMaker]:
+def exercise(exercise_id: str, *, function: str, title: str, points: int = 1,
+             forbidden: tuple[str, ...] = ()) -> Callable[[CaseMaker], CaseMaker]:
     """Register the decorated case maker as exercise `exercise_id` (e.g. "2.1")."""
     if not ID_PATTERN.match(exercise_id):
         raise ValueError(f"exercise_id={exercise_id!r} is not of the form 'N.M' (e.g. '2.1')")
@@ -110,7 +113,8 @@ def exercise(exercise_id: str, *, function: str, title: str,
         if old is not None and old.make_cases.__module__ != make_cases.__module__:
             raise ValueError(f"exercise {exercise_id} is registered twice: in "
                              f"{old.make_cases.__module__} and {make_cases.__module__}")
-        _REGISTRY[exercise_id] = Exercise(exercise_id, function, title, points, make_cases)
+        _REGISTRY[exercise_id] = Exercise(exercise_id, function, title, points, make_cases,
+                                          tuple(forbidden))
         return make_cases
 
     return register
@@ -179,20 +183,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def same(answer: Any, expected: Any, rel_tol: float = 0.0) -> bool:
-    """True if `answer` equals `expected` (numbers within rel_tol, sequences elementwise)."""
+def same(answer: Any, expected: Any, rel_tol: float = 0.0, abs_tol: float = 0.0) -> bool:
+    """True if `answer` equals `expected` (numbers within rel_tol or abs_tol, sequences
+    elementwise)."""
     answer, expected = _plain(answer), _plain(expected)
     if _is_number(expected):
         if not _is_number(answer):
             return False
-        return math.isclose(float(answer), float(expected), rel_tol=rel_tol, abs_tol=0.0) \
-            if rel_tol else answer == expected
+        return math.isclose(float(answer), float(expected), rel_tol=rel_tol,
+                            abs_tol=abs_tol) if rel_tol or abs_tol else answer == expected
     if isinstance(expected, (list, tuple)):
         return (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
-                and all(same(a, e, rel_tol) for a, e in zip(answer, expected, strict=True)))
+                and all(same(a, e, rel_tol, abs_tol)
+                        for a, e in zip(answer, expected, strict=True)))
     if isinstance(expected, dict):
         return (isinstance(answer, dict) and answer.keys() == expected.keys()
-                and all(same(answer[k], expected[k], rel_tol) for k in expected))
+                and all(same(answer[k], expected[k], rel_tol, abs_tol) for k in expected))
     return bool(answer == expected)
 
 
@@ -284,7 +290,7 @@ def run_check(exercise_id: str, fn: Callable[..., Any]) -> CheckResult:
                 first = (f"{head} failed on {where}\n  your function raised "
                          f"{type(exc).__name__}: {exc}{_where(exc, fn)}", case)
             continue
-        if same(answer, case.expected, case.rel_tol):
+        if same(answer, case.expected, case.rel_tol, case.abs_tol):
             passed += 1
             continue
         if first is None:
@@ -301,8 +307,8 @@ def _hint(answer: Any, case: Case) -> str:
     if problem:
         return problem
     hints = [hint for hint, wrong in case.mistakes.items()
-             if wrong is not None and not same(wrong, case.expected, case.rel_tol)
-             and same(answer, wrong, case.rel_tol)]
+             if wrong is not None and not same(wrong, case.expected, case.rel_tol, case.abs_tol)
+             and same(answer, wrong, case.rel_tol, case.abs_tol)]
     if len(hints) == 1:
         return f"looks like {hints[0]}"
     if hints:
