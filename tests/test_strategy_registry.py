@@ -41,8 +41,8 @@ def _own_result(workload: Workload, name: str, n: int, global_batch: int,
 def test_the_registry_lists_the_strategies_in_order() -> None:
     assert names() == ORDER
     assert [get_strategy(n).label for n in ORDER] == [
-        "single device", "DataParallel", "DDP", "FSDP / ZeRO-1", "FSDP / ZeRO-2",
-        "FSDP / ZeRO-3"]
+        "single device", "DataParallel", "DDP", "ZeRO-1 (optimizer state sharded)",
+        "ZeRO-2 (gradients sharded too)", "FSDP / ZeRO-3"]
     with pytest.raises(ValueError, match=r"^name='tp' is not known; allowed: 'single', "
                                          r"'dp', 'ddp', 'zero1', 'zero2', 'fsdp'$"):
         get_strategy("tp")

@@ -107,7 +107,7 @@ class Strategy(Protocol[ConfigT]):
 
     @property
     def label(self) -> str:
-        """Name shown to people, e.g. "FSDP / ZeRO-1"."""
+        """Name shown to people, e.g. "ZeRO-1 (optimizer state sharded)"."""
 
     @property
     def placement(self) -> Placement:

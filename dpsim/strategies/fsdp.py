@@ -318,9 +318,9 @@ class FSDPStrategy:
         return CrossoverTerms(3.0, 3 * len(workload.layers), True)
 
 
-ZERO1 = FSDPStrategy(1, "zero1", "FSDP / ZeRO-1", Placement(
+ZERO1 = FSDPStrategy(1, "zero1", "ZeRO-1 (optimizer state sharded)", Placement(
     "parameters, gradients", "optimizer state, the batch", "optimizer state is what does not fit"))
-ZERO2 = FSDPStrategy(2, "zero2", "FSDP / ZeRO-2", Placement(
+ZERO2 = FSDPStrategy(2, "zero2", "ZeRO-2 (gradients sharded too)", Placement(
     "parameters", "gradients, optimizer state, the batch",
     "gradients + optimizer state do not fit"))
 ZERO3 = FSDPStrategy(3, "fsdp", "FSDP / ZeRO-3", Placement(

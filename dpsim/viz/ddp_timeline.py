@@ -14,12 +14,12 @@ from plotly.subplots import make_subplots
 
 from dpsim.strategies.base import StepResult
 from dpsim.strategies.ddp import ScalingPoint
-from dpsim.viz.style import color_for, finish
+from dpsim.viz.style import STEP_SPLIT_COLORS, color_for, finish
 
-_SEGMENTS = (  # (name, colour) of the stacked step-time bars
-    ("compute alone", color_for("backward")),
-    ("comm hidden behind compute", "#F2B880"),
-    ("exposed comm", color_for("all_reduce")),
+_SEGMENTS = (  # (name, colour) of the stacked step-time bars, coloured as in every figure
+    ("compute alone", STEP_SPLIT_COLORS["compute"]),
+    ("comm hidden behind compute", STEP_SPLIT_COLORS["hidden comm"]),
+    ("exposed comm", STEP_SPLIT_COLORS["exposed comm"]),
 )
 
 

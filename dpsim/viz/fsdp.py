@@ -9,7 +9,14 @@ from plotly.subplots import make_subplots
 
 from dpsim.memory import MemoryBreakdown
 from dpsim.trace import Trace
-from dpsim.viz.style import BYTE_UNITS, CATEGORY_COLORS, TIME_UNITS, color_for, finish
+from dpsim.viz.style import (
+    BYTE_UNITS,
+    CATEGORY_COLORS,
+    TIME_UNITS,
+    add_limit,
+    color_for,
+    finish,
+)
 from dpsim.viz.timeline import timeline
 
 ORDER = ("parameters", "optimizer", "gradients", "gathered", "activations", "other")
@@ -66,16 +73,14 @@ def zero_bars(columns: Mapping[str, Mapping[str, int]], limit_bytes: int | None 
                     text=[f"{t:.1f} {unit}" + (" ✗ out of memory" if o else "")
                           for t, o in zip(totals, over, strict=True)],
                     textfont={"color": ["#E45756" if o else "#333333" for o in over]})
-    if limit_bytes:
-        fig.add_hline(y=limit_bytes / scale, line_dash="dash", line_color="red",
-                      annotation_text=f"device memory {limit_bytes / scale:g} {unit}")
-    fig.update_layout(barmode="stack", yaxis_range=[0, max([*totals, (limit_bytes or 0) / scale])
-                                                    * 1.2 or 1])
-    return finish(fig, title, yaxis_title=unit)
+    note = add_limit(fig, names, max(totals), limit_bytes / scale, unit) if limit_bytes else ""
+    shown = max(totals) if note or not limit_bytes else max(*totals, limit_bytes / scale)
+    fig.update_layout(barmode="stack", yaxis_range=[0, shown * 1.2 or 1])
+    return finish(fig, title + note, yaxis_title=unit)
 
 
 def device_grid(fits: Mapping[str, bool], n_devices: int, max_shown: int = 64,
-                title: str = "Which devices run out of memory") -> go.Figure:
+                title: str = "Which devices run out of memory (simulated)") -> go.Figure:
     """One row per configuration, one cell per device: green fits, red out of memory."""
     shown = min(n_devices, max_shown)
     names = list(fits)

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from dpsim.trace import Trace
 from dpsim.viz.style import TIME_UNITS, finish
+from dpsim.viz.table import Column, text_table
 
 THREAD_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#72B7B2",
                  "#EECA3B", "#9D755D")
@@ -80,3 +81,14 @@ def speedup_chart(series: Mapping[str, tuple[Sequence[int], Sequence[float]]],
     fig.add_hline(y=1.0, line_color="#888888", line_width=1)
     return finish(fig, title, xaxis_title="workers (threads or processes)",
                   yaxis_title="speed-up (x)")
+
+
+SCALING_COLUMNS = (
+    Column("workload", "workload"), Column("kind", "run by"), Column("workers", "workers", "d"),
+    Column("time_ms", "time (ms, measured)", ".1f"), Column("speedup", "speedup (x)", ".2f"),
+)
+
+
+def scaling_text(rows: Sequence[Mapping[str, object]]) -> str:
+    """Rows of `measure_scaling(...).rows()` as an aligned table with units."""
+    return text_table(list(rows), list(SCALING_COLUMNS))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
 from dpsim.memory import CATEGORIES, MemoryBreakdown
-from dpsim.viz.style import BYTE_UNITS, color_for, finish
+from dpsim.viz.style import BYTE_UNITS, color_for, finish, limit_line
 
 
 def breakdown_bars(columns: Mapping[str, MemoryBreakdown], title: str = "Memory per category",
@@ -64,8 +65,10 @@ def fit_chart(rows: Sequence[dict[str, object]], limit_GiB: float,
     fig.add_bar(x=[r["name"] for r in rows], y=[r["GiB"] for r in rows],
                 marker_color=["#54A24B" if r["fits"] else "#E45756" for r in rows],
                 text=["fits" if r["fits"] else "out of memory" for r in rows],
-                textposition="outside", showlegend=False)
-    fig.add_hline(y=limit_GiB, line_dash="dash", line_color="red",
-                  annotation_text=f"{limit_GiB:g} GiB")
-    fig.update_yaxes(type="log")
+                textposition="outside", name="model states + activations")
+    fig.add_trace(limit_line([r["name"] for r in rows], limit_GiB,
+                             f"device memory ({limit_GiB:g} GiB)"))
+    values = [float(str(r["GiB"])) for r in rows if float(str(r["GiB"])) > 0] + [limit_GiB]
+    low, high = math.log10(min(values)), math.log10(max(values))
+    fig.update_yaxes(type="log", range=[low - 0.3, high + 0.5])
     return finish(fig, title, yaxis_title="GiB (log scale)")

@@ -13,10 +13,12 @@ from typing import Any
 import plotly.graph_objects as go
 
 from dpsim.planner import Crossover, PlanResult, efficiencies
+from dpsim.viz.style import STEP_SPLIT_COLORS
+from dpsim.viz.table import Column, table_figure
 
-SPLIT_COLORS = {"compute": "#4C78A8", "hidden comm": "#72B7B2", "exposed comm": "#E45756",
-                "host / GIL": "#BAB0AC"}
+SPLIT_COLORS = STEP_SPLIT_COLORS
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2")
+FAR_BELOW = 0.15  # peaks under this share of the device's memory: zoom in, name the size
 MAX_BARS = 64  # beyond this many identical devices, they are drawn as one bar
 _GRID = {"gridcolor": "#EBEBEB", "zerolinecolor": "#EBEBEB", "linecolor": "#BBBBBB"}
 
@@ -45,11 +47,13 @@ def _axes(i: int) -> dict[str, str]:
 
 
 def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
-                mode: str = "strong") -> go.Figure:
-    """Step split, memory per device (out-of-memory in red) and, if given, the scaling curve."""
+                mode: str = "strong", where: str = "") -> go.Figure:
+    """Step split, memory per device (out-of-memory in red) and, if given, the scaling curve;
+    `where` (e.g. the cluster as resized) is written under the title."""
     domains = [(0.0, 0.28), (0.36, 0.64), (0.72, 1.0)] if curve else [(0.0, 0.45),
                                                                         (0.55, 1.0)]
-    titles = ["step time (ms)", "peak memory per device", f"{mode} scaling efficiency"]
+    titles = ["step time (ms)", "peak memory per device",
+              f"{mode} scaling efficiency<br>(vs the curve's first point)"]
     data: list[dict[str, Any]] = []
     split = {"compute": p.compute_s, "hidden comm": p.hidden_comm_s,
              "exposed comm": p.exposed_comm_s, "host / GIL": p.other_s}
@@ -58,9 +62,10 @@ def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
         data.append({"type": "bar", "x": [col], "y": [seconds * 1e3], "name": name,
                      "marker": {"color": SPLIT_COLORS[name]}, **_axes(1),
                      "hovertemplate": f"{name}: %{{y:.3g}} ms<extra></extra>"})
-    layout = _layout(f"{p.label} on {p.n_devices} device(s), global batch "
-                     f"{p.global_batch}: {p.samples_per_s:,.0f} samples/s (simulated)",
-                     domains, titles[:len(domains)], 400)
+    title = (f"{p.label} on {p.n_devices} device(s), global batch {p.global_batch}: "
+             f"{p.samples_per_s:,.0f} samples/s (simulated)")
+    layout = _layout(title + (f"<br><sup>{where}</sup>" if where else ""), domains,
+                     titles[:len(domains)], 400)
     data += _memory(p, layout)
     if curve:
         effs = efficiencies(curve, mode)
@@ -86,15 +91,17 @@ def _memory(p: PlanResult, layout: dict[str, Any]) -> list[dict[str, Any]]:
     cap = p.memory_bytes / 1024**3
     n_oom = len(p.oom_devices)
     layout["yaxis2"]["title"] = {"text": "GiB" + (f": {n_oom} OUT OF MEMORY" if n_oom else "")}
-    return [
-        {"type": "bar", "x": x, "y": gib, "name": "peak (GiB)", "showlegend": False,
-         "marker": {"color": ["#E45756" if g > cap else "#54A24B" for g in gib]}, **_axes(2),
-         "hovertemplate": "%{x}: %{y:.2f} GiB<extra></extra>"},
-        {"type": "scatter", "x": [x[0], x[-1]], "y": [cap, cap], "mode": "lines+text",
-         "line": {"color": "black", "dash": "dash"}, "name": "device memory",
-         "text": ["", f"memory {cap:.0f} GiB"], "textposition": "top left",
-         "showlegend": False, **_axes(2)},
-    ]
+    bars: dict[str, Any] = {
+        "type": "bar", "x": x, "y": gib, "name": "peak (GiB)", "showlegend": False,
+        "marker": {"color": ["#E45756" if g > cap else "#54A24B" for g in gib]}, **_axes(2),
+        "hovertemplate": "%{x}: %{y:.3g} GiB<extra></extra>"}
+    if 0 < max(gib, default=0.0) < FAR_BELOW * cap:  # the memory line would flatten the bars
+        layout["yaxis2"]["range"] = [0, max(gib) * 1.25]
+        layout["annotations"][1]["text"] += f" (of {cap:.0f} GiB: far from full)"
+        return [bars]
+    return [bars, {"type": "scatter", "x": [x[0], x[-1]], "y": [cap, cap], "mode": "lines",
+                   "line": {"color": "red", "dash": "dash", "width": 1.5},
+                   "name": f"device memory ({cap:.0f} GiB)", "hoverinfo": "name", **_axes(2)}]
 
 
 def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "strong",
@@ -138,12 +145,18 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
     return go.Figure(data=data, layout=layout)
 
 
+SUMMARY_COLUMNS = (
+    Column("strategy", "strategy"), Column("devices", "devices", "d"),
+    Column("replicated", "replicated on every device"), Column("sharded", "split across devices"),
+    Column("traffic_GB_per_device", "traffic per device and step (GB)", "sig"),
+    Column("memory_GiB_per_device", "peak memory per device (GiB)", "sig"),
+    Column("fits", "fits?"), Column("step_ms", "step (ms)", "sig"),
+    Column("samples_per_s", "samples per second", ",.0f"),
+    Column("exposed_comm_ms", "exposed comm (ms)", "sig"), Column("use_when", "use when"),
+)
+
+
 def summary_figure(rows: Sequence[Mapping[str, object]], title: str) -> go.Figure:
-    """The strategies side by side (rows from planner.summary_table) as a table."""
-    keys = list(rows[0])
-    cols = [[r[k] for r in rows] for k in keys]
-    fill = [["#FCBBA1" if r.get("fits") is False else "white" for r in rows]] * len(keys)
-    return go.Figure(go.Table(header={"values": keys, "align": "left", "fill_color": "#EEEEEE"},
-                              cells={"values": cols, "align": "left", "fill_color": fill}),
-                     layout={"title": {"text": title}, "height": 140 + 60 * len(rows),
-                             "margin": {"l": 10, "r": 10, "t": 50, "b": 10}})
+    """The strategies side by side (rows from planner.summary_table) as a table; rows whose
+    states do not fit are shaded red."""
+    return table_figure(rows, SUMMARY_COLUMNS, title, highlight=lambda r: r.get("fits") is False)

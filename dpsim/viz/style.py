@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -40,6 +41,15 @@ KIND_COLORS: dict[str, str] = {
     "native": "#C7E9C0",
 }
 
+# Where a step's time goes (DDP breakdown, planner): one colour per part in every figure.
+# Compute is slate (not the forward or backward colour: it is both), communication red.
+STEP_SPLIT_COLORS: dict[str, str] = {
+    "compute": "#5B6C7D",
+    "hidden comm": "#F4A6A5",
+    "exposed comm": "#E45756",
+    "host / GIL": "#BAB0AC",
+}
+
 SOURCE_DASH = {"simulated": "dash", "measured": "solid"}
 
 # axis units: bytes in one unit, and units in one second
@@ -62,6 +72,27 @@ def finish(fig: go.Figure, title: str, **layout: Any) -> go.Figure:
         **layout,
     )
     return fig
+
+
+def limit_line(x: Sequence[Any], value: float, label: str, **axes: str) -> go.Scatter:
+    """A dashed red line at `value` across `x` (a device's memory), named in the legend, so
+    its label never sits on a bar's own label."""
+    return go.Scatter(x=[x[0], x[-1]], y=[value, value], mode="lines", name=label,
+                      line={"color": "red", "dash": "dash", "width": 1.5}, hoverinfo="name",
+                      **axes)
+
+
+FAR_BELOW = 0.15  # data under this share of a limit: the limit line would flatten it
+
+
+def add_limit(fig: go.Figure, x: Sequence[Any], top: float, limit: float, unit: str) -> str:
+    """Draw the device's memory `limit` as a line when the data (`top`, its largest value)
+    comes near it; otherwise leave it out, so the data is not flattened, and return the
+    words to put in the title instead ('' when the line is drawn)."""
+    if top >= FAR_BELOW * limit:
+        fig.add_trace(limit_line(x, limit, f"device memory ({limit:g} {unit})"))
+        return ""
+    return f" (device memory {limit:g} {unit}: far from full)"
 
 
 def human_bytes(nbytes: float) -> str:

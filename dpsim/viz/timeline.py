@@ -59,6 +59,12 @@ def timeline(traces: Traces, title: str = "Timeline", unit: str = "ms",
     if lanes:
         fig.update_layout(bargap=0.35)
     fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(rows)))
+    spans = [(e.start_s, e.end_s) for _, tr in _named(traces) for e in tr.events[:max_events]
+             if devices is None or e.device in devices]
+    if spans:  # plotly's autorange does not always count a bar's base: set the range
+        lo, hi = min(s for s, _ in spans) * scale, max(e for _, e in spans) * scale
+        pad = 0.02 * (hi - lo or 1.0)
+        fig.update_xaxes(range=[lo - pad, hi + pad])
     if step_time:
         return finish(fig, f"{title}<br><sup>step time — {'; '.join(notes)}</sup>",
                       xaxis_title=f"time from the start of the step ({unit})")

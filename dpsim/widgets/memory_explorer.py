@@ -12,6 +12,7 @@ from dpsim.memory import OPTIMIZERS, MemoryBreakdown
 from dpsim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
 from dpsim.validation import require_choice, require_int
 from dpsim.viz.memory import breakdown_bars
+from dpsim.viz.style import add_limit
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, get_workload
 
@@ -33,10 +34,10 @@ def explore(model: str, device: str, precision: str, optimizer: str, batch_size:
                        dtype="bf16" if mixed else "fp32", mixed_precision=mixed)
     trace = simulate(workload, dev, cfg)
     pred: MemoryBreakdown = breakdown(trace)
-    fig: go.Figure = breakdown_bars({f"{workload.name}, batch {batch_size}": pred},
-                                    title=f"Simulated memory on one {dev.name}", unit="GiB")
-    fig.add_hline(y=dev.memory_GiB, line_dash="dash", line_color="red",
-                  annotation_text=f"{dev.memory_GiB:g} GiB")
+    column = f"{workload.name}, batch {batch_size}"
+    fig: go.Figure = breakdown_bars({column: pred}, title="", unit="GiB")
+    note = add_limit(fig, [column], pred.total / 1024**3, dev.memory_GiB, "GiB")
+    fig.update_layout(title={"text": f"Simulated memory on one {dev.name}{note}"})
     facts = summary(trace)
     verdict = "fits" if facts.fits else "OUT OF MEMORY"
     line = (f"simulated: {pred.total / 1024**3:.1f} GiB ({verdict}); "

@@ -37,6 +37,17 @@ def cluster_choice(name: str) -> Cluster:
     return cluster
 
 
+def describe_cluster(cluster: Cluster, n_devices: int) -> str:
+    """The cluster as the planner resizes it to `n_devices`: nodes, devices, links."""
+    sized = cluster.with_devices(n_devices)
+    inside = f"{sized.devices_per_node} x {sized.device.name} per node ({sized.intra_node.name})"
+    if sized.n_nodes == 1:
+        return f"{cluster.name} with {n_devices} device(s): one node, {inside}"
+    between = sized.inter_node.name if sized.inter_node else "no link"
+    resized = "" if n_devices == cluster.world_size else f" resized to {n_devices} devices"
+    return f"{cluster.name}{resized}: {sized.n_nodes} nodes, {inside}, joined by {between}"
+
+
 def model_choices(own_given: bool) -> list[str]:
     """The presets, then "your model" when the learner gave one."""
     return [*PRESETS, *([OWN_MODEL] if own_given else [])]
@@ -120,10 +131,12 @@ class StrategyExplorer:
                 f"{p.step_s * 1e3:.3g} ms = compute {p.compute_s * 1e3:.3g} + exposed comm "
                 f"{p.exposed_comm_s * 1e3:.3g} + host {p.other_s * 1e3:.3g} ms "
                 f"(hidden comm {p.hidden_comm_s * 1e3:.3g} ms); "
-                f"{p.samples_per_s:,.0f} samples/s; efficiency {p.scaling_efficiency:.0%}; "
+                f"{p.samples_per_s:,.0f} samples/s; {p.scaling_efficiency:.0%} of one device's "
+                "throughput at the same local batch; "
                 + (f"OUT OF MEMORY on {len(oom)} of {n_devices} device(s)" if oom
                    else "fits in memory"))
-        return [plan_figure(p, curve), text]
+        return [plan_figure(p, curve, where=describe_cluster(cluster_choice(cluster), n_devices)),
+                text]
 
 
 def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",

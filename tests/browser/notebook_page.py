@@ -223,11 +223,37 @@ def inspect_outputs(
                 result.failures.append(
                     f"{what} is {p['width_px']}x{p['height_px']} px: too small to see"
                 )
+        if c["plots"]:
+            check_figures(nb, c, result)
     return cells
 
 
-def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> None:
-    """Drag the first enabled slider of a dashboard; what it shows must change."""
+def check_figures(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult,
+                  when: str = "") -> None:
+    """Every figure of the cell, as drawn, through dpsim.viz.checks (axes that hide the
+    data, log axes over too many decades, empty traces or panels, cut-off table headers,
+    titles that do not name their source)."""
+    from dpsim.viz.checks import figure_problems
+
+    for k, fig in enumerate(nb.probe("figureSpecs", cell["index"]) or []):
+        title = re.sub(r"<[^>]+>", " ", str((fig["spec"]["layout"].get("title") or {}).get(
+            "text", "")))[:80]
+        for problem in figure_problems(fig["spec"], drawn_ranges=fig["ranges"]):
+            result.failures.append(f"{nb.where(cell)}: figure {k} {title!r}{when}: {problem}")
+
+
+def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult,
+                 settings: int = 2) -> None:
+    """Move the first enabled slider of a dashboard to `settings` new positions; what it
+    shows must change each time, and every figure it draws must pass the figure checks."""
+    for _ in range(settings):
+        if not _move_slider(nb, cell, result):
+            return
+        check_figures(nb, cell, result, when=" after a slider move")
+
+
+def _move_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> bool:
+    """Drag the first enabled slider one third along; True when the figure changed."""
     i = cell["index"]
     k = next(
         (
@@ -239,7 +265,7 @@ def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResu
     )
     if k is None:
         result.notes.append(f"{nb.where(cell)}: every slider is disabled; none moved")
-        return
+        return False
     before_fp = nb.probe("figureFingerprint", i)
     before = nb.probe("sliderState", i, k)
     handle = nb.cell(i).locator(".widget-slider .noUi-handle").nth(k)
@@ -265,7 +291,7 @@ def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResu
     moved = f"slider '{label}' {before['readout']} -> {after['readout']}"
     if after["now"] == before["now"]:
         result.failures.append(f"{nb.where(cell)}: could not move {moved} with mouse or keyboard")
-        return
+        return False
     changed = _poll(
         lambda: (lambda fp: fp is not None and fp != before_fp)(nb.probe("figureFingerprint", i)),
         SLIDER_EFFECT_S,
@@ -273,11 +299,12 @@ def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResu
     if changed:
         _wait_stable(nb, i)  # a drag sends several values: let the last one draw
         result.checks.append(f"{nb.where(cell)}: {moved} changed the figure")
-    else:
-        result.failures.append(
-            f"{nb.where(cell)}: moved {moved}, but the figure did not change "
-            f"within {SLIDER_EFFECT_S:.0f} s"
-        )
+        return True
+    result.failures.append(
+        f"{nb.where(cell)}: moved {moved}, but the figure did not change "
+        f"within {SLIDER_EFFECT_S:.0f} s"
+    )
+    return False
 
 
 def _wait_stable(nb: NotebookSession, index: int, quiet_s: float = 1.5) -> None:

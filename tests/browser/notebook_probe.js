@@ -244,5 +244,25 @@
     };
   }
 
-  window.dpsimProbe = { kernelStatus, dialogText, cells, figureFingerprint, sliderState, plotlyAnimation };
+  // Every figure of a cell as plotly.js drew it: its data and layout, and the range each
+  // axis really shows (in the axis's own units: log10 on a log axis), for the figure
+  // checks of dpsim.viz.checks. Frames are left out (they can be large).
+  function figureSpecs(index) {
+    const c = cellNodes()[index];
+    if (!c) return [];
+    return Array.from(c.querySelectorAll(".js-plotly-plot")).filter((gd) => gd._fullLayout).map((gd) => {
+      const ranges = {};
+      for (const key of Object.keys(gd._fullLayout)) {
+        const ax = gd._fullLayout[key];
+        if (/^[xy]axis\d*$/.test(key) && ax && Array.isArray(ax.range) && ax.type !== "category" && ax.type !== "date") {
+          ranges[key] = ax.range.map(Number);
+        }
+      }
+      const spec = JSON.parse(JSON.stringify({ data: gd.data, layout: gd.layout }, replacer));
+      spec.layout.width = Math.round(gd.getBoundingClientRect().width);
+      return { spec, ranges };
+    });
+  }
+
+  window.dpsimProbe = { kernelStatus, dialogText, cells, figureFingerprint, sliderState, plotlyAnimation, figureSpecs };
 })();
