@@ -105,7 +105,7 @@ def _figures(items: list[Any]) -> list[go.Figure]:
     return [item for item in items if isinstance(item, go.Figure)]
 
 
-SETTINGS = {
+SETTINGS: dict[str, list[tuple[Any, ...]]] = {
     "memory explorer": [("gpt2-124m", "h100-80gb", "fp32", "adam", 1),
                         ("llama-70b", "a100-40gb", "bf16 mixed", "sgd", 64)],
     "zero explorer": [("7B", 8, "mixed", "adam", False, 80, 1),
@@ -140,3 +140,23 @@ def test_every_dashboard_figure_reads_well_at_several_settings(name: str,
     assert figures, f"{name} drew no figure at {args}"
     for fig in figures:
         assert figure_problems(fig) == [], f"{name} at {args}"
+
+
+KINDS_DRAWN_TOGETHER = {  # the event kinds one strategy's timeline shows side by side
+    "DataParallel": ("python", "scatter", "replicate", "gil_wait", "forward", "gather", "loss",
+                     "backward", "grad_scatter", "reduce", "optimizer"),
+    "DDP": ("forward", "backward", "all_reduce", "copy", "optimizer"),
+    "FSDP": ("forward", "backward", "all_gather", "reduce_scatter", "optimizer"),
+    "step split": ("compute", "hidden comm", "exposed comm", "host / GIL"),
+}
+
+
+@pytest.mark.parametrize("figure", list(KINDS_DRAWN_TOGETHER))
+def test_kinds_drawn_together_have_their_own_colours(figure: str) -> None:
+    from dpsim.viz.style import STEP_SPLIT_COLORS, color_for
+
+    kinds = KINDS_DRAWN_TOGETHER[figure]
+    colours = [STEP_SPLIT_COLORS.get(k) or color_for(k) for k in kinds]
+    shared = {c: [k for k, ck in zip(kinds, colours, strict=True) if ck == c] for c in colours}
+    assert {c: ks for c, ks in shared.items() if len(ks) > 1} == {}
+    assert STEP_SPLIT_COLORS["compute"] not in {color_for("forward"), color_for("backward")}

@@ -20,17 +20,20 @@ same rules judge both.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from dpsim.viz.style import SOURCE_WORDS
+
 MIN_DATA_SHARE = 0.10  # the data must span at least this share of an axis
 MAX_LOG_DECADES = 8.0  # a log axis may span at most this many powers of ten
 CHAR_PX = 7.0  # width of one character of a 12 px table header, in pixels
 DEFAULT_WIDTH_PX = 900.0  # a figure without a width is drawn this wide in a notebook
-
-SOURCE_WORDS = ("measured", "re-enacted", "simulated", "published", "recorded")
 
 Range = tuple[float, float]
 
@@ -49,8 +52,18 @@ def source_problem(title: str) -> str | None:
             f"{', '.join(SOURCE_WORDS)})")
 
 
+def decoded(values: Any) -> Any:
+    """A plotly typed array ({'dtype': 'f8', 'bdata': base64}, as plotly 6 writes numpy
+    arrays into JSON) as a list; anything else unchanged."""
+    if isinstance(values, Mapping) and "bdata" in values:
+        array = np.frombuffer(base64.b64decode(values["bdata"]), dtype=values.get("dtype", "f8"))
+        return array.tolist()
+    return values
+
+
 def _numbers(values: Any) -> list[float]:
     """The finite numbers among `values` (strings, None and NaN dropped)."""
+    values = decoded(values)
     if values is None or isinstance(values, (str, bytes)):
         return []
     if not isinstance(values, Iterable):
@@ -77,7 +90,7 @@ def _to_axis(values: Sequence[float], log: bool) -> list[float]:
 def _bar_extent(trace: Mapping[str, Any], horizontal: bool) -> list[float]:
     """Both ends of every bar along its value axis."""
     values = _numbers(trace.get("x" if horizontal else "y"))
-    base = trace.get("base")
+    base = decoded(trace.get("base"))
     bases = _numbers(base) if isinstance(base, (list, tuple)) else [float(base or 0.0)]
     if len(bases) == 1:
         bases = bases * len(values)
@@ -119,7 +132,7 @@ def _has_points(trace: Mapping[str, Any]) -> bool:
         cells = (trace.get("cells") or {}).get("values") or []
         return any(len(col) for col in cells if isinstance(col, (list, tuple)))
     for key in ("x", "y", "z", "values", "labels"):
-        value = trace.get(key)
+        value = decoded(trace.get(key))
         if isinstance(value, (list, tuple)) and any(v is not None for v in value):
             return True
     return False
@@ -144,8 +157,8 @@ def _stack_totals(traces: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]
         horizontal = tr.get("orientation") == "h"
         value_key, pos_key = ("x", "y") if horizontal else ("y", "x")
         axis = (tr.get("xaxis", "x") if horizontal else tr.get("yaxis", "y"))
-        positions = tr.get(pos_key) or []
-        for pos, v in zip(positions, tr.get(value_key) or [], strict=False):
+        positions = decoded(tr.get(pos_key)) or []
+        for pos, v in zip(positions, decoded(tr.get(value_key)) or [], strict=False):
             if isinstance(v, (int, float)) and math.isfinite(v):
                 key = (axis, str(pos))
                 tops[key] = tops.get(key, 0.0) + float(v)
@@ -233,10 +246,10 @@ def figure_problems(fig: Any, drawn_ranges: Mapping[str, Range] | None = None,
         if (not points and name not in allowed and i not in animated
                 and tr.get("visible") is not False):
             problems.append(f"trace '{name}' has no data")
-        if tr.get("type") in ("table", "pie", "heatmap", "sunburst", "treemap"):
+        if tr.get("type") in ("table", "pie", "sunburst", "treemap"):  # no axes
             continue
         xref, yref = tr.get("xaxis", "x"), tr.get("yaxis", "y")
-        panels[(xref, yref)] = panels.get((xref, yref), False) or points
+        panels[(xref, yref)] = panels.get((xref, yref), False) or points or i in animated
         target = guides if is_guide(tr) else per_axis
         for letter, values in _trace_extents(tr, stacked).items():
             ref = xref if letter == "x" else yref

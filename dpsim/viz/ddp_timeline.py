@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from dpsim.strategies.base import StepResult
 from dpsim.strategies.ddp import ScalingPoint
-from dpsim.viz.style import STEP_SPLIT_COLORS, color_for, finish
+from dpsim.viz.style import SOURCE_WORDS, STEP_SPLIT_COLORS, color_for, finish, with_source
 
 _SEGMENTS = (  # (name, colour) of the stacked step-time bars, coloured as in every figure
     ("compute alone", STEP_SPLIT_COLORS["compute"]),
@@ -39,7 +39,7 @@ def breakdown_bars(rows: Mapping[str, StepResult],
                              hovertemplate="%{x}: %{y:.3f} ms<extra>" + name + "</extra>"))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title="ms per step")
-    return finish(fig, title, height=380)
+    return finish(fig, with_source(title, [k for k in labels if k in SOURCE_WORDS]), height=380)
 
 
 def scaling_figure(points: Sequence[ScalingPoint], title: str = "DDP scaling (simulated)"
@@ -65,7 +65,8 @@ def scaling_figure(points: Sequence[ScalingPoint], title: str = "DDP scaling (si
 
 
 def bucket_sizes(predicted: Sequence[Any], observed: Sequence[Any] | None = None,
-                 title: str = "Gradient buckets, in the order they are all-reduced") -> go.Figure:
+                 title: str = "Gradient buckets, in the order they are all-reduced"
+                 ) -> go.Figure:
     """Bytes per bucket; items need .index, .nbytes and .params (Bucket, ObservedBucket)."""
     fig = go.Figure()
     for name, buckets, colour in (("simulated", predicted, "#9ecae1"),
@@ -79,4 +80,5 @@ def bucket_sizes(predicted: Sequence[Any], observed: Sequence[Any] | None = None
             hovertemplate="%{x}: %{y:.1f} KiB<br>%{customdata}<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group")
     fig.update_yaxes(title="KiB")
-    return finish(fig, title, height=360)
+    sources = ["simulated", *(["measured (real DDP)"] if observed else [])]
+    return finish(fig, with_source(title, sources), height=360)

@@ -16,6 +16,7 @@ from dpsim.viz.style import (
     add_limit,
     color_for,
     finish,
+    with_source,
 )
 from dpsim.viz.timeline import timeline
 
@@ -52,7 +53,7 @@ def memory_timelines(traces: Mapping[str, Trace], device: int = 0, unit: str = "
         fig.update_yaxes(title_text=unit, row=row, col=1)
     fig.update_xaxes(title_text=time_unit, row=len(names), col=1)
     fig.update_layout(height=220 + 230 * len(names))
-    return finish(fig, title)
+    return finish(fig, with_source(title, [traces[n].source for n in names]))
 
 
 def zero_bars(columns: Mapping[str, Mapping[str, int]], limit_bytes: int | None = None,
@@ -109,7 +110,7 @@ def shard_layout(real: Sequence[int], row_bytes: int = 4, title: str | None = No
     fig.update_layout(barmode="stack", height=120 + 40 * world_size)
     fig.update_yaxes(autorange="reversed")
     default = (f"dim0={dim0} on {world_size} ranks: ceil({dim0}/{world_size}) = {chunk} rows "
-               f"each, {chunk * world_size - dim0} of padding")
+               f"each, {chunk * world_size - dim0} of padding (simulated: FSDP2's rule)")
     return finish(fig, title or default, xaxis_title=f"rows ({row_bytes} B per row-element)")
 
 
@@ -135,7 +136,7 @@ def shard_bytes(measured: Sequence[MemoryBreakdown], predicted: Sequence[MemoryB
 
 
 def traffic_bars(volumes: Mapping[str, float], model_bytes: int, unit: str = "GB",
-                 title: str = "Communication per step") -> go.Figure:
+                 title: str = "Communication per step (simulated)") -> go.Figure:
     """Bars of communication volume per step, labelled in multiples of the model size."""
     scale = BYTE_UNITS[unit]
     names = list(volumes)

@@ -47,6 +47,9 @@ def gil_timeline(trace: Trace, title: str = "Who holds the GIL", unit: str = "ms
                         hovertemplate=f"{name}<br>%{{base:.3f}} {unit} for %{{x:.3f}} {unit}"
                                       f"<extra>thread {th}</extra>")
             shown.add(kind)
+    lo = min(e.start_s for e in events) * scale
+    hi = max(e.start_s + e.duration_s for e in events) * scale
+    fig.update_xaxes(range=[lo - 0.02 * (hi - lo or 1), hi + 0.02 * (hi - lo or 1)])
     interval = trace.meta.get("switch_interval_s")
     sub = f" · switch interval {interval * scale:g} {unit}" if interval else ""
     fig.update_layout(barmode="overlay", height=140 + 45 * len(threads))

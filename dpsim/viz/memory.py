@@ -8,7 +8,14 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 
 from dpsim.memory import CATEGORIES, MemoryBreakdown
-from dpsim.viz.style import BYTE_UNITS, color_for, finish, limit_line
+from dpsim.viz.style import (
+    BYTE_UNITS,
+    SOURCE_WORDS,
+    color_for,
+    finish,
+    limit_line,
+    with_source,
+)
 
 
 def breakdown_bars(columns: Mapping[str, MemoryBreakdown], title: str = "Memory per category",
@@ -22,7 +29,8 @@ def breakdown_bars(columns: Mapping[str, MemoryBreakdown], title: str = "Memory 
         fig.add_bar(name=cat, x=names, y=values, marker_color=color_for(cat),
                     hovertemplate=f"{cat}: %{{y:.3f}} {unit}<extra>%{{x}}</extra>")
     fig.update_layout(barmode="stack")
-    return finish(fig, title, yaxis_title=unit)
+    return finish(fig, with_source(title, [n for n in names if n in SOURCE_WORDS]),
+                  yaxis_title=unit)
 
 
 def compare_table(predicted: MemoryBreakdown, measured: MemoryBreakdown) -> list[dict[str, object]]:
@@ -55,7 +63,9 @@ def memory_vs_batch(batch_sizes: Sequence[int], predicted: Sequence[MemoryBreakd
     if limit_bytes:
         fig.add_hline(y=limit_bytes / scale, line_dash="dash", line_color="red",
                       annotation_text="device memory")
-    return finish(fig, title, xaxis_title="batch size", yaxis_title=unit)
+    source = "simulated; measured totals as crosses" if measured else "simulated"
+    return finish(fig, with_source(title, [source]), xaxis_title="batch size",
+                  yaxis_title=unit)
 
 
 def fit_chart(rows: Sequence[dict[str, object]], limit_GiB: float,

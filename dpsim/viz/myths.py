@@ -25,7 +25,8 @@ def verdict_table(verdicts: Sequence[Verdict]) -> go.Figure:
         cells={"values": [[v.number for v in verdicts], [v.claim for v in verdicts],
                           [v.verdict for v in verdicts], [v.source for v in verdicts]],
                "align": "left", "fill_color": [white, white, colors, white]}))
-    return finish(fig, "Claims tested on this machine and by simulation",
+    return finish(fig, "Claims and verdicts (evidence measured here, re-enacted, published, "
+                       "simulated)",
                   height=120 + 48 * len(verdicts))
 
 

@@ -123,7 +123,8 @@ def _caption(step: RingStep) -> str:
             f"which {verb}")
 
 
-def ring_animation(steps: list[RingStep], title: str = "Ring all-reduce, step by step"
+def ring_animation(steps: list[RingStep],
+                   title: str = "Ring all-reduce, step by step (simulated)"
                    ) -> go.Figure:
     """Animated figure of a ring all-reduce: a frame per step, Play button and slider."""
     if not steps:

@@ -12,12 +12,12 @@ CATEGORY_COLORS: dict[str, str] = {
     "gradients": "#F58518",
     "optimizer": "#54A24B",
     "activations": "#E45756",
-    "buffers": "#B279A2",
+    "buffers": "#D4A6C8",
     "gathered": "#9D755D",
     "outputs": "#FF9DA6",
     "other": "#BAB0AC",
     "input": "#72B7B2",
-    "loss": "#EECA3B",
+    "loss": "#B279A2",
     "allocated": "#4C78A8",
 }
 
@@ -36,7 +36,7 @@ KIND_COLORS: dict[str, str] = {
     "replicate": "#72B7B2",
     "loss": "#B279A2",
     "reduce": "#E45756",
-    "grad_scatter": "#FF9DA6",
+    "grad_scatter": "#9D755D",
     "gil_wait": "#EEEEEE",
     "native": "#C7E9C0",
 }
@@ -50,11 +50,22 @@ STEP_SPLIT_COLORS: dict[str, str] = {
     "host / GIL": "#BAB0AC",
 }
 
+# Where a figure's numbers come from; every figure's title names one (dpsim.viz.checks).
+SOURCE_WORDS = ("measured", "re-enacted", "simulated", "published", "recorded")
+
 SOURCE_DASH = {"simulated": "dash", "measured": "solid"}
 
 # axis units: bytes in one unit, and units in one second
 BYTE_UNITS: dict[str, float] = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "GB": 1e9}
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6}
+
+
+def with_source(title: str, sources: Sequence[str]) -> str:
+    """`title`, with the traces' sources appended when it names none: 'Step' ->
+    'Step (simulated vs measured)'."""
+    if any(word in title.lower() for word in SOURCE_WORDS) or not sources:
+        return title
+    return f"{title} ({' vs '.join(dict.fromkeys(sources))})"
 
 
 def color_for(name: str) -> str:

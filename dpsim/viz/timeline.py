@@ -12,7 +12,14 @@ from typing import Any
 import plotly.graph_objects as go
 
 from dpsim.trace import Event, Trace
-from dpsim.viz.style import BYTE_UNITS, TIME_UNITS, color_for, finish, human_bytes
+from dpsim.viz.style import (
+    BYTE_UNITS,
+    TIME_UNITS,
+    color_for,
+    finish,
+    human_bytes,
+    with_source,
+)
 
 Traces = Trace | Sequence[Trace] | Mapping[str, Trace]
 
@@ -65,6 +72,7 @@ def timeline(traces: Traces, title: str = "Timeline", unit: str = "ms",
         lo, hi = min(s for s, _ in spans) * scale, max(e for _, e in spans) * scale
         pad = 0.02 * (hi - lo or 1.0)
         fig.update_xaxes(range=[lo - pad, hi + pad])
+    title = with_source(title, [tr.source for _, tr in _named(traces)])
     if step_time:
         return finish(fig, f"{title}<br><sup>step time — {'; '.join(notes)}</sup>",
                       xaxis_title=f"time from the start of the step ({unit})")

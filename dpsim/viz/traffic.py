@@ -130,5 +130,5 @@ def cost_curves_figure(curves: Mapping[str, SizeSeries], collective: str, world_
     fig.update_xaxes(type="log", title_text="message size", **ticks)
     fig.update_yaxes(type="log", title_text="milliseconds", row=1, col=1)
     fig.update_yaxes(title_text="GB/s", rangemode="tozero", row=1, col=2)
-    finish(fig, f"{collective} on {world_size} ranks over {link.name}", height=420)
+    finish(fig, f"{collective} on {world_size} ranks over {link.name} (simulated)", height=420)
     return fig.update_layout(legend_y=-0.3)
