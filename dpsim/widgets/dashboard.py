@@ -38,7 +38,8 @@ def dashboard(controls: Mapping[str, widgets.Widget], render: Callable[..., Any]
                     display(item)
 
     linked = widgets.interactive_output(redraw, dict(controls))
-    rows = [widgets.HBox(list(controls.values())[i:i + columns])
+    wrap = widgets.Layout(flex_flow="row wrap")  # a narrow window wraps, never scrolls
+    rows = [widgets.HBox(list(controls.values())[i:i + columns], layout=wrap)
             for i in range(0, len(controls), columns)]
     box = widgets.VBox([*rows, out, linked])
     box.add_class("dpsim-dashboard")

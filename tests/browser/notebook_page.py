@@ -204,6 +204,11 @@ def inspect_outputs(
                 result.notes.append(f"{nb.where(c)}: writes to stderr: {o['text'][:200]}")
             if o["kind"] == "widget" and not o["nested"]:
                 result.n_widget_outputs += 1
+        if c.get("scrolls_sideways"):
+            result.failures.append(
+                f"{nb.where(c)}: a figure or dashboard is wider than the notebook at "
+                "1280 px with the file browser open (a learner scrolls sideways)"
+            )
         for wrapped in c["wrapped_toggles"]:
             result.failures.append(
                 f"{nb.where(c)}: {wrapped}; give it style={{'button_width': 'auto'}}"

@@ -145,6 +145,9 @@
         n_sliders: c.querySelectorAll(".widget-slider .noUi-handle").length,
         n_play: c.querySelectorAll(".widget-play").length,
         dashboard: !!c.querySelector(".dpsim-dashboard"),
+        // outputs wider than the notebook: a learner would have to scroll sideways
+        scrolls_sideways: Array.from(c.querySelectorAll(".jp-OutputArea-output")).some(
+          (o) => o.scrollWidth > o.clientWidth + 4 && !!o.querySelector(".jupyter-widgets, .js-plotly-plot")),
         wrapped_toggles: wrappedToggles(c),
       };
     });
