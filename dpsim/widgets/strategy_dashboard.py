@@ -37,7 +37,7 @@ def cluster_choice(name: str) -> Cluster:
     return cluster
 
 
-def describe_cluster(cluster: Cluster, n_devices: int) -> str:
+def _describe_cluster(cluster: Cluster, n_devices: int) -> str:
     """The cluster as the planner resizes it to `n_devices`: nodes, devices, links."""
     sized = cluster.with_devices(n_devices)
     inside = f"{sized.devices_per_node} x {sized.device.name} per node ({sized.intra_node.name})"
@@ -135,7 +135,7 @@ class StrategyExplorer:
                 "throughput at the same local batch; "
                 + (f"OUT OF MEMORY on {len(oom)} of {n_devices} device(s)" if oom
                    else "fits in memory"))
-        return [plan_figure(p, curve, where=describe_cluster(cluster_choice(cluster), n_devices)),
+        return [plan_figure(p, curve, where=_describe_cluster(cluster_choice(cluster), n_devices)),
                 text]
 
 
