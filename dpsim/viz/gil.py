@@ -82,6 +82,8 @@ def speedup_chart(series: Mapping[str, tuple[Sequence[int], Sequence[float]]],
         fig.add_scatter(x=[1, top], y=[1, top], name="ideal (N x)", mode="lines",
                         line={"color": "#BBBBBB", "dash": "dot"})
     fig.add_hline(y=1.0, line_color="#888888", line_width=1)
+    counts_shown = sorted({c for counts, _ in series.values() for c in counts})
+    fig.update_xaxes(tickvals=counts_shown)  # whole workers only
     return finish(fig, title, xaxis_title="workers (threads or processes)",
                   yaxis_title="speed-up (x)")
 
