@@ -60,7 +60,8 @@ def scaling_figure(points: Sequence[ScalingPoint], title: str = "DDP scaling (si
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title="world size N (ranks)", type="category")
     fig.update_yaxes(title="ms per step", secondary_y=False)
-    fig.update_yaxes(title="efficiency (%)", range=[0, 105], secondary_y=True)
+    fig.update_yaxes(title="efficiency (%)", range=[0, 105], tickmode="linear", tick0=0,
+                     dtick=25, showgrid=False, secondary_y=True)  # whole percents
     return finish(fig, title, height=400)
 
 
