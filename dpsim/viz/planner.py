@@ -65,7 +65,9 @@ def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
     title = (f"{p.label} on {p.n_devices} device(s), global batch {p.global_batch}: "
              f"{p.samples_per_s:,.0f} samples/s (simulated)")
     layout = _layout(title + (f"<br><sup>{where}</sup>" if where else ""), domains,
-                     titles[:len(domains)], 400)
+                     titles[:len(domains)], 420 if where else 400)
+    if where:  # room for the subtitle above the panel titles
+        layout["margin"]["t"] = 110
     data += _memory(p, layout)
     if curve:
         effs = efficiencies(curve, mode)

@@ -261,7 +261,13 @@
           ranges[key] = ax.range.map(Number);
         }
       }
-      const spec = JSON.parse(JSON.stringify({ data: gd.data, layout: gd.layout }, replacer));
+      // frames shrunk to which traces they fill: a trace empty in the first frame of an
+      // animation (nothing sent yet) is filled by a later one
+      const frames = ((gd._transitionData && gd._transitionData._frames) || []).map((f) => ({
+        traces: f.traces,
+        data: (f.data || []).map((d) => ({ x: Array.from(d.x || []).filter((v) => v !== null).slice(0, 2) })),
+      }));
+      const spec = JSON.parse(JSON.stringify({ data: gd.data, layout: gd.layout, frames }, replacer));
       spec.layout.width = Math.round(gd.getBoundingClientRect().width);
       return { spec, ranges };
     });
