@@ -19,7 +19,8 @@ from dpsim.viz.table import Column, table_figure
 SPLIT_COLORS = STEP_SPLIT_COLORS
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2")
 FAR_BELOW = 0.15  # peaks under this share of the device's memory: zoom in, name the size
-MAX_BARS = 64  # beyond this many identical devices, they are drawn as one bar
+MAX_BARS = 64
+DEVICE_TICKS = {"tickvals": [4**k for k in range(6)]}  # 1, 4, 16, ... 1024 devices  # beyond this many identical devices, they are drawn as one bar
 _GRID = {"gridcolor": "#EBEBEB", "zerolinecolor": "#EBEBEB", "linecolor": "#BBBBBB"}
 
 
@@ -78,7 +79,7 @@ def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
         data.append({"type": "scatter", "x": [p.n_devices], "y": here[:1], "mode": "markers",
                      "marker": {"size": 12, "color": "#E45756"}, "name": f"N = {p.n_devices}",
                      **_axes(3)})
-        layout["xaxis3"].update({"type": "log", "title": {"text": "devices"}})
+        layout["xaxis3"].update({"type": "log", "title": {"text": "devices"}, **DEVICE_TICKS})
         layout["yaxis3"].update({"range": [0, 1.05]})
     return go.Figure(data=data, layout=layout)
 
@@ -141,7 +142,7 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
             "text": f"{cr.label}: formula N* = {cr.formula_devices:.0f} (dashed),"
                     f" simulated {cr.simulated_devices} (dotted)"})
     for name in ("xaxis", "xaxis2"):
-        layout[name].update({"type": "log", "title": {"text": "devices"}})
+        layout[name].update({"type": "log", "title": {"text": "devices"}, **DEVICE_TICKS})
     for name in ("yaxis", "yaxis2"):
         layout[name]["range"] = [0, 1.05]
     return go.Figure(data=data, layout=layout)
