@@ -40,7 +40,7 @@ KIND_COLORS: dict[str, str] = {
     "native": "#C7E9C0",
 }
 
-SOURCE_DASH = {"simulated": "dash", "measured": "solid"}
+SOURCE_DASH = {"simulated": "dash", "measured": "solid", "re-enacted": "dot"}
 
 # axis units: bytes in one unit, and units in one second
 BYTE_UNITS: dict[str, float] = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "GB": 1e9}
