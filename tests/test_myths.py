@@ -175,3 +175,20 @@ def test_figures_build(verdicts: list[Verdict]) -> None:
     for v in verdicts:
         views = evidence_view(v)
         assert len(views) == 1 + (v.number in FIGURES)
+
+
+def test_catalogue_and_doctor_say_what_the_lab_does_for_claim_17() -> None:
+    import torch
+
+    from dpsim.course.chapters import plan
+    from dpsim.myths.evidence import gather
+
+    row = next(r for r in plan(0, False) if r["notebook"] == "08_myths_lab.ipynb")
+    if not torch.cuda.is_available():  # no process is started: the lab says why it cannot
+        run = gather(17, Lab())["nccl_run"]
+        assert run["ran"] is False
+        assert "CUDA" in run["detail"]
+        assert "claim 17's own run untested here" in row["real here"]
+    assert "published" in row["real here"]
+    gpu_row = next(r for r in plan(1, True) if r["notebook"] == "08_myths_lab.ipynb")
+    assert "claim 17 run for real" in gpu_row["real here"]
