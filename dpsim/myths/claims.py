@@ -182,11 +182,13 @@ def c10(e: dict[str, Any]) -> list[Check]:
 
 def c11(e: dict[str, Any]) -> list[Check]:
     r = _ranks(e)
-    peaks = e["reenacted_peak_bytes"]
+    peaks, gpu = e["reenacted_peak_bytes"], e["gpu_peak_bytes"]
     out = [Check("DP's device 0 peaks above the other devices", peaks[0] > max(peaks[1:]),
                  REENACTED),
            Check("DP holds a whole model on every device", bool(e["reenacted_full_replicas"]),
                  REENACTED),
+           Check("DP's device 0 peaks above the other GPUs", gpu[0] > max(gpu[1:])) if gpu else
+           untested("DP's device 0 peaks above the other GPUs", MEASURED, e["gpu_why"]),
            Check("DDP, unlike DP, keeps less than a whole model per device",
                  any(x["param_numel_on_rank"] < e["model_numel"] for x in r)) if r else
            untested("DDP keeps less than a whole model per device", MEASURED, NO_RUN),

@@ -245,7 +245,9 @@ def e11(lab: Lab) -> dict[str, Any]:
     w = lab.workload("gpt2-124m")
     tr = lab.dp_trace("gpt2-124m")
     ddp_params = model_state_bytes(w.n_params, w.n_param_tensors, dtype="fp32").parameters
+    gpu_peaks, gpu_why = lab.gpu_peaks()
     return {"reenacted_peak_bytes": [re_tr.peak_memory(d) for d in range(4)],
+            "gpu_peak_bytes": gpu_peaks, "gpu_why": gpu_why,
             "reenacted_full_replicas": all(
                 max(s.nbytes for s in re_tr.memory if s.device == d
                     and s.category == "parameters") == pbytes for d in range(4)),
