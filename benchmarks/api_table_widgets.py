@@ -63,7 +63,7 @@ def _collectives_ddp() -> tuple[EntryPoint, ...]:
         EntryPoint("widgets.ddp_explorer.explore", de.explore, (
             choice("model", "gpt2-124m", PRESETS), device, link, integer("world_size", 8),
             real("bucket_cap_mb", 25.0), integer("batch_size", 8), flag("overlap", True),
-            flag("pass_cap", True), flag("first_iteration", False)),
+            flag("pass_cap", False), flag("first_iteration", False)),
             text=True),
     )
 

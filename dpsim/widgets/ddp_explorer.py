@@ -48,7 +48,7 @@ def cluster_for(device: str, interconnect: str, world_size: int) -> Cluster:
 
 
 def explore(model: str, device: str, interconnect: str, world_size: int,
-            bucket_cap_mb: float, batch_size: int, overlap: bool, pass_cap: bool = True,
+            bucket_cap_mb: float, batch_size: int, overlap: bool, pass_cap: bool = False,
             first_iteration: bool = False) -> list[Any]:
     """Simulate one step at `world_size` and a sweep of N; return [timeline, scaling, text].
 
