@@ -62,7 +62,8 @@ def _collectives_ddp() -> tuple[EntryPoint, ...]:
                    (device, link, integer("world_size", 8))),
         EntryPoint("widgets.ddp_explorer.explore", de.explore, (
             choice("model", "gpt2-124m", PRESETS), device, link, integer("world_size", 8),
-            real("bucket_cap_mb", 25.0), integer("batch_size", 8), flag("overlap", True)),
+            real("bucket_cap_mb", 25.0), integer("batch_size", 8), flag("overlap", True),
+            flag("pass_cap", False), flag("first_iteration", False)),
             text=True),
     )
 

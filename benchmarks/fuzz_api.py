@@ -42,6 +42,7 @@ from typing import Any
 from benchmarks.api_harness import Outcome, bad_numbers, call_bounded, names_field
 from benchmarks.api_surface import SKIPPED, EntryPoint, covers, discover, entry_points
 from benchmarks.fuzz_api_allowlist import ALLOWED, allowed, perturbations
+from benchmarks.goals import stamp
 
 RESULTS = Path(__file__).resolve().parent / "results" / "fuzz_api.json"
 GOAL = ">= 98 % of invalid calls get a ValueError naming the right field; no hang; no garbage"
@@ -238,6 +239,7 @@ def main(argv: list[str]) -> int:
     result["seconds"] = round(seconds, 1)
     result["machine"] = {"platform": platform.platform(), "python": platform.python_version()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    stamp(result, "fuzz_api")  # goals, value, goal_met, median and worst case
     args.out.write_text(dumps(result), encoding="utf-8")
     _print(result, seconds)
     print(f"wrote {args.out}")

@@ -24,6 +24,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.goals import stamp
+
 RESULTS = Path(__file__).resolve().parent / "results" / "planner.json"
 
 
@@ -84,6 +86,7 @@ def main() -> None:
                     else None},
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    stamp(result, "planner")  # goals, value, goal_met, median and worst case
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "dashboard_updates"}, indent=2))
 

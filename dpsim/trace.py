@@ -26,7 +26,7 @@ from dpsim.validation import (
 
 T = TypeVar("T")
 _PLAIN = (int, float)  # exact types of a time that take the fast path (not bool)
-SOURCES = ("simulated", "measured")
+SOURCES = ("simulated", "measured", "re-enacted")  # re-enacted: real torch ops, stand-in devices
 MAX_DEVICE = MAX_WORLD_SIZE - 1  # device: a rank or device index, 0..MAX_DEVICE
 # Times are seconds from the start of the step, 0..MAX_SECONDS; bytes 0..MAX_TOTAL_BYTES.
 
@@ -93,7 +93,7 @@ class MemorySample:
 class Trace:
     """Events and memory samples of one run, simulated or measured."""
 
-    source: str = "simulated"  # "simulated" or "measured"
+    source: str = "simulated"  # one of SOURCES
     events: list[Event] = field(default_factory=list)
     memory: list[MemorySample] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)

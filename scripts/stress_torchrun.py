@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.before is not None:
         result["before_fix"] = before_summary(json.loads(args.before.read_text()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.goals import stamp
+
+    stamp(result, "torchrun_stress")  # goals, value, goal_met, median and worst case
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{result['value']} passed; goal met: {result['goal_met']}; wrote {args.out}")
     return 0 if result["goal_met"] else 1

@@ -146,6 +146,8 @@ def test_no_sync_accumulates_without_all_reduce(runs: list[dict[str, Any]]) -> N
     assert demo["all_reduce_calls_without_no_sync"] == demo["micro_batches"]
     assert demo["all_reduce_calls_with_no_sync"] == 1
     assert demo["max_grad_difference"] < TOLERANCE
+    # losses divided by k: the accumulated gradient is the k-times batch's (not k times it)
+    assert demo["max_grad_difference_vs_big_batch"] < TOLERANCE
 
 
 @pytest.mark.slow
@@ -163,6 +165,12 @@ def test_broadcast_buffers(runs: list[dict[str, Any]]) -> None:
     demo = runs[0]["options"]["broadcast_buffers"]
     assert demo["buffer_spread_broadcast_True"] == 0.0
     assert demo["buffer_spread_broadcast_False"] > 1e-3
+    # torch's own rule: the deprecated broadcast_buffers=False also skips the copy of rank
+    # 0's buffers at construction; forward_sync_buffers=False still makes it
+    assert demo["buffer_spread_at_wrap_broadcast_buffers_False"] > 0.5
+    if demo["forward_sync_buffers_available"]:
+        assert demo["buffer_spread_at_wrap_forward_sync_False"] == 0.0
+        assert "deprecated" in demo["broadcast_buffers_warning"]
 
 
 @pytest.mark.slow

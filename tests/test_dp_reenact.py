@@ -68,7 +68,7 @@ def test_trace_has_every_phase_on_every_used_device(batch: tuple[torch.Tensor, t
     model = mlp(32, 16, 1, 10)
     result = reenact_step(model, x, y, 4, optimizer=build_optimizer("sgd", model.parameters()))
     trace = result.trace
-    assert trace.source == "measured"
+    assert trace.source == "re-enacted"  # stand-in devices: never labelled measured
     assert [s.name for s in phase_steps(trace)] == ["scatter", "replicate", "forward", "gather",
                                                     "loss", "backward", "reduce", "optimizer"]
     for d in range(4):

@@ -562,6 +562,35 @@ def test_free_port_is_bindable() -> None:
         sock.bind(("127.0.0.1", port))
 
 
+def test_store_never_falls_back_to_every_interface(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch that refuses the pre-bound socket gets a clear error, not a wide-open store."""
+    made: list[dict[str, Any]] = []
+
+    def refusing_store(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs)
+        if "master_listen_fd" in kwargs:
+            raise TypeError("unexpected keyword argument 'master_listen_fd'")
+        raise AssertionError("a store without master_listen_fd listens on every interface")
+
+    monkeypatch.setattr(dist, "TCPStore", refusing_store)
+    with pytest.raises(launch_ports.StoreBindError, match="every interface"):
+        launch_ports._start_store("127.0.0.1", 2, 5.0)
+    assert len(made) == 1
+    assert "master_listen_fd" in made[0]
+
+
+def test_store_listens_on_loopback_only() -> None:
+    import psutil
+
+    store, address, port = launch_ports._start_store("127.0.0.1", 1, 5.0)
+    listening = [c.laddr for c in psutil.net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert address == "127.0.0.1"
+    assert listening
+    assert all(a.ip == "127.0.0.1" for a in listening), listening
+    del store
+
+
 # --------------------------------------------------------------------------- like a notebook
 
 

@@ -245,7 +245,8 @@ def test_dp_explorer_texts_unchanged() -> None:
 def test_ddp_explorer_text_unchanged() -> None:
     *figs, text = _ddp()()
     assert text == ("simulated, N=4: step 28.08 ms = compute 18.84 ms + exposed comm 9.24 ms; "
-                    "comm 15.27 ms in 7 buckets, 39% hidden; scaling efficiency 67%")
+                    "comm 15.27 ms in 7 buckets, 39% hidden; scaling efficiency 67%; caps 25 MiB, "
+                    "first bucket 1 MiB (torch defaults)")
     assert all(isinstance(f, go.Figure) for f in figs)
 
 

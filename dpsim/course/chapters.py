@@ -45,8 +45,12 @@ CHAPTERS: tuple[Chapter, ...] = (
             "nothing (simulation only)", "nothing (simulation only)", 0,
             "every strategy on clusters up to 1024 devices"),
     Chapter(8, "08_myths_lab.ipynb", "Myths lab: popular claims tested",
-            "the measurable claims, on CPU processes and threads", "the GPU claims", 2,
-            "the claims about scale"),
+            "claims measured on gloo processes, DP re-enacted on threads, torch's source; "
+            "the GPU claims (4, 10, 11, 15, 16, 17) judged on cited published measurements, "
+            "claim 17's own run untested here",
+            "the same, plus claim 17 run for real where NCCL is available (two NCCL ranks "
+            "on one GPU, inside a timeout); with 2 GPUs, claim 4's peak memory per GPU", 1,
+            "the claims about scale, shown as what the model says (never deciding)"),
 )
 
 

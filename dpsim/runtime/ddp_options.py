@@ -2,7 +2,9 @@
 
 * `no_sync`: gradient accumulation without an all-reduce per micro-batch;
 * `find_unused_parameters`: a parameter that forward does not use;
-* `broadcast_buffers`: BatchNorm running statistics kept equal to rank 0's;
+* buffer sync (`forward_sync_buffers`, formerly `broadcast_buffers`): BatchNorm running
+  statistics copied from rank 0 at every forward; the deprecated `broadcast_buffers=False`
+  also skips the copy at construction, `forward_sync_buffers=False` does not;
 * `gradient_as_bucket_view`: gradients that live inside the buckets (no copy).
 
 `options_rank` runs all four inside one process group (one launch instead of four);
@@ -11,6 +13,7 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -21,12 +24,23 @@ from torch import nn
 from dpsim.runtime.models import mlp
 
 
+def has_forward_sync_buffers() -> bool:
+    """True when this torch's DDP takes `forward_sync_buffers` (the new name)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+
+
 def _ddp(module: nn.Module, **kwargs: Any) -> Any:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    with warnings.catch_warnings():  # PyTorch 2.13 renames broadcast_buffers (FutureWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        return DDP(module, **kwargs)
+    return DDP(module, **kwargs)
+
+
+def _sync_kwargs(forward_sync: bool) -> dict[str, bool]:
+    """Buffer sync at every forward, under the name this torch uses."""
+    name = "forward_sync_buffers" if has_forward_sync_buffers() else "broadcast_buffers"
+    return {name: forward_sync}
 
 
 def _counting_hook(counter: list[int]) -> Any:
@@ -46,7 +60,13 @@ def _batch(rank: int, n: int = 8, features: int = 16, seed: int = 0) -> tuple[to
 
 
 def no_sync_demo(rank: int, micro_batches: int = 4) -> dict[str, Any]:
-    """Accumulate gradients over micro-batches with and without no_sync; count all-reduces."""
+    """Accumulate gradients over micro-batches with and without no_sync; count all-reduces.
+
+    Each micro-batch's loss is divided by `micro_batches`, so that the accumulated gradient
+    is the gradient of the mean loss over the k-times batch; the same model is also run
+    once on that k-times batch (one backward) to compare. Unscaled losses would give k
+    times that gradient.
+    """
     out: dict[str, Any] = {"micro_batches": micro_batches}
     grads = {}
     for use_no_sync in (False, True):
@@ -56,16 +76,23 @@ def no_sync_demo(rank: int, micro_batches: int = 4) -> dict[str, Any]:
         for m in range(micro_batches):
             x, y = _batch(rank, seed=m)
             last = m == micro_batches - 1
+            loss_fn = nn.functional.cross_entropy
             if use_no_sync and not last:
                 with ddp.no_sync():  # gradients accumulate locally, no all-reduce
-                    nn.functional.cross_entropy(ddp(x), y).backward()
+                    (loss_fn(ddp(x), y) / micro_batches).backward()
             else:
-                nn.functional.cross_entropy(ddp(x), y).backward()
+                (loss_fn(ddp(x), y) / micro_batches).backward()
         key = "with_no_sync" if use_no_sync else "without_no_sync"
         out[f"all_reduce_calls_{key}"] = counter[0]
         grads[key] = torch.cat([p.grad.flatten() for p in ddp.parameters()])
+    big = _ddp(mlp(16, 32, 2, 4, seed=1))  # one backward over the k-times batch
+    xs, ys = zip(*(_batch(rank, seed=m) for m in range(micro_batches)), strict=True)
+    nn.functional.cross_entropy(big(torch.cat(xs)), torch.cat(ys)).backward()
+    grads["big_batch"] = torch.cat([p.grad.flatten() for p in big.parameters()])
     out["max_grad_difference"] = float((grads["with_no_sync"] - grads["without_no_sync"])
                                        .abs().max())
+    out["max_grad_difference_vs_big_batch"] = float(
+        (grads["with_no_sync"] - grads["big_batch"]).abs().max())
     return out
 
 
@@ -102,27 +129,54 @@ def find_unused_demo(rank: int, steps: int = 3) -> dict[str, Any]:
     return out
 
 
+def _running_mean_spread(norm: nn.BatchNorm1d) -> float:
+    """Largest difference between any rank's BatchNorm running mean and rank 0's."""
+    assert norm.running_mean is not None
+    mean = norm.running_mean.clone()
+    everyone = [torch.empty_like(mean) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mean)
+    return float(max((m - everyone[0]).abs().max() for m in everyone))
+
+
+def _bn_model(rank: int) -> tuple[nn.Sequential, nn.BatchNorm1d]:
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4))
+    norm = model[1]
+    assert isinstance(norm, nn.BatchNorm1d)
+    assert norm.running_mean is not None
+    norm.running_mean.fill_(float(rank))  # buffers differ between ranks before wrapping
+    return model, norm
+
+
 def broadcast_buffers_demo(rank: int, steps: int = 3) -> dict[str, Any]:
-    """BatchNorm running means after training then one eval forward, per setting."""
-    out: dict[str, Any] = {}
+    """BatchNorm running means: right after wrapping, and after training + one eval forward.
+
+    `buffer_spread_broadcast_{True,False}`: forward sync on / off (under the new name,
+    `forward_sync_buffers`, where torch has it). `buffer_spread_at_wrap_*`: rank 0's
+    buffers are copied at construction for `forward_sync_buffers=False`, but not for the
+    deprecated `broadcast_buffers=False`, whose FutureWarning is recorded, not silenced.
+    """
+    out: dict[str, Any] = {"forward_sync_buffers_available": has_forward_sync_buffers()}
     for flag in (True, False):
-        torch.manual_seed(3)
-        model = nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4))
-        ddp = _ddp(model, broadcast_buffers=flag)
+        model, norm = _bn_model(rank)
+        ddp = _ddp(model, **_sync_kwargs(flag))
+        if not flag:
+            out["buffer_spread_at_wrap_forward_sync_False"] = _running_mean_spread(norm)
         for step in range(steps):
             x, y = _batch(rank, seed=step)
             nn.functional.cross_entropy(ddp(x), y).backward()
         ddp.eval()
-        with torch.no_grad():  # forward broadcasts rank 0's buffers first when flag is True
+        with torch.no_grad():  # forward copies rank 0's buffers first when flag is True
             ddp(_batch(rank, seed=99)[0])
-        norm = model[1]
-        assert isinstance(norm, nn.BatchNorm1d)
-        assert norm.running_mean is not None
-        mean = norm.running_mean.clone()
-        everyone = [torch.empty_like(mean) for _ in range(dist.get_world_size())]
-        dist.all_gather(everyone, mean)
-        out[f"buffer_spread_broadcast_{flag}"] = float(
-            max((m - everyone[0]).abs().max() for m in everyone))
+        out[f"buffer_spread_broadcast_{flag}"] = _running_mean_spread(norm)
+    model, norm = _bn_model(rank)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _ddp(model, broadcast_buffers=False)  # the old name: no buffer copy at construction
+    out["buffer_spread_at_wrap_broadcast_buffers_False"] = _running_mean_spread(norm)
+    out["broadcast_buffers_warning"] = next(
+        (str(w.message).split(".")[0] for w in caught if issubclass(w.category, FutureWarning)),
+        "")
     return out
 
 

@@ -3,7 +3,8 @@
 On a machine without CUDA, `nn.DataParallel` has no device_ids and simply calls the
 module, and torch's scatter / replicate / parallel_apply / gather refuse CPU tensors.
 `reenact_step` runs the same algorithm over N *virtual devices* with real tensors and
-autograd, one phase at a time, and records every phase in a measured Trace:
+autograd, one phase at a time, and records every phase in a Trace labelled "re-enacted"
+(real tensors and threads on stand-in devices: timed here, but not a GPU measurement):
 
 scatter (`x.chunk(N)`, copies for devices 1..N-1) -> replicate (parameter copies and
 shallow module copies, as torch.nn.parallel.replicate does) -> parallel_apply (one
@@ -97,7 +98,7 @@ def _start(module: nn.Module, x: torch.Tensor, n_devices: int,
     """A new step's trace, with device 0 holding the module, the batch and the optimizer."""
     batch = check_batch(x, n_devices)
     clock = Clock()
-    tr = Trace("measured", meta={"strategy": "dp", "n_devices": n_devices, "batch_size": batch,
+    tr = Trace("re-enacted", meta={"strategy": "dp", "n_devices": n_devices, "batch_size": batch,
                                  "where": "CPU, virtual devices"})
     params = list(module.parameters())
     step = _Step(tr, clock, params, storage_bytes(params))
@@ -270,7 +271,7 @@ def _optimizer(step: _Step, optimizer: torch.optim.Optimizer | None) -> None:
 def reenact_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor, n_devices: int, *,
                  optimizer: torch.optim.Optimizer | None = None,
                  loss_fn: LossFn = nn.functional.cross_entropy) -> DPStepResult:
-    """One DataParallel training step over `n_devices` virtual CPU devices, measured.
+    """One DataParallel training step over `n_devices` virtual CPU devices, re-enacted.
 
     Device 0 holds `module`, `x`, `y` and `optimizer`. Gradients are accumulated into the
     module's .grad (like DataParallel); `optimizer.step()` runs if an optimizer is given.

@@ -1,4 +1,6 @@
-"""One measured DataParallel step, however it ran: its result, batch check, clock and finish.
+"""One recorded DataParallel step, however it ran: its result, batch check, clock and finish.
+
+On CPU the step is re-enacted (trace source "re-enacted"); on CUDA it is measured.
 
 Shared by the CPU re-enactment (`dp_reenact`) and the real `nn.DataParallel` (`dp_real`).
 """
@@ -20,9 +22,9 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass
 class DPStepResult:
-    """One measured DataParallel step."""
+    """One recorded DataParallel step (trace.source: "re-enacted" on CPU, "measured" on CUDA)."""
 
-    trace: Trace  # source "measured": phases per device, memory per device
+    trace: Trace  # phases per device, memory per device
     chunk_sizes: list[int]  # samples each used device got
     loss: float
     how: str  # where and how it ran

@@ -88,12 +88,18 @@ def check_mesh(world_size: int, mesh_size: int | None) -> int:
 
 
 def shard(model: nn.Module, mesh: Any, reshard_after_forward: bool = True) -> nn.Module:
-    """`fully_shard` every block, then the root (which takes the remaining parameters)."""
+    """`fully_shard` every block, then the root (which takes the remaining parameters).
+
+    `reshard_after_forward` applies to the blocks. The root keeps its parameters unsharded
+    after forward (`reshard_after_forward=False`, torch's own choice for the root when the
+    argument is left out): backward needs them first, so freeing them only to all-gather
+    them again at once would cost an all-gather and save no memory.
+    """
     from torch.distributed.fsdp import fully_shard
 
     for block in blocks_of(model):
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False)
     return model
 
 

@@ -6,15 +6,22 @@ gradients right after backward against every rank's local gradient, the all-redu
 per backward (the second: DDP rebuilds its buckets after the first) and when they start,
 the parameters after each rank's own optimizer step, how many samples each rank's
 DataLoader gives, and no_sync (from `ddp_options`).
-`torch_source_facts` reads torch's DataParallel and DDP sources (what they import and
-call). Everything here is measured or read on this machine; nothing is simulated.
+The same ranks then train a small model with FSDP2 (`fsdp_facts`: shard bytes and the
+collectives of one recorded step). `torch_source_facts` reads torch's DataParallel and DDP
+sources (what they import and call). `threads_vs_processes` times the GIL with repeats;
+`dp_gpu_peaks` and `nccl_two_ranks_one_gpu` need CUDA GPUs and say why when there are
+none. Everything here is measured or read on this machine; nothing is simulated.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -91,7 +98,39 @@ def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> dict[
         "param_numel_on_rank": sum(p.numel() for p in ddp.parameters()),
         "samples_per_rank": batch["samples"],
         "no_sync": no_sync_demo(rank),
+        "pid": os.getpid(),
+        "fsdp": fsdp_facts(rank, world_size),
     }
+
+
+def fsdp_facts(rank: int, world_size: int) -> dict[str, Any]:
+    """Train the residual model with FSDP2 for 2 steps; what this rank kept and did.
+
+    kept_fraction: this rank's share of the full parameters, gradients and optimizer
+    state (the largest of the three). Blocks (not the root) must be all-gathered twice in
+    the recorded step, once before their forward and once after it (for backward), and
+    reduce-scatter their gradients once.
+    """
+    from dpsim.runtime.fsdp_train import build_model, fsdp_rank
+    from dpsim.trace import Trace
+
+    out = fsdp_rank(rank, world_size, ("residual",), steps=2, record=True)["residual"]
+    full = sum(p.numel() for p in build_model("residual").parameters()) * 4
+    local = out["local"]
+    trace = Trace.from_dict(out["trace"])
+    blocks = sorted({e.label for e in trace.events if e.kind == "forward"})
+    twice, once = True, True
+    for block in blocks:
+        gathers = sorted(e.start_s for e in trace.events
+                         if e.kind == "all_gather" and e.label == block)
+        fwd = next(e for e in trace.events if e.kind == "forward" and e.label == block)
+        twice &= len(gathers) == 2 and gathers[0] <= fwd.start_s and gathers[1] >= fwd.end_s
+        once &= sum(1 for e in trace.events
+                    if e.kind == "reduce_scatter" and e.label == block) == 1
+    return {"kept_fraction": max(local.parameters / full, local.gradients / full,
+                                 local.optimizer / (2 * full)),  # Adam: 2 states a parameter
+            "blocks": blocks, "blocks_gathered_twice": bool(blocks) and twice,
+            "blocks_reduced_once": bool(blocks) and once}
 
 
 def predicted_buckets() -> list[int]:
@@ -105,6 +144,7 @@ def predicted_buckets() -> list[int]:
 
 def torch_source_facts() -> dict[str, Any]:
     """What torch's DataParallel and DDP are made of, read from their source."""
+    import torch.nn.parallel._functions as fn_mod
     import torch.nn.parallel.data_parallel as dp_mod
     import torch.nn.parallel.distributed as ddp_mod
     import torch.nn.parallel.parallel_apply as pa_mod
@@ -123,7 +163,12 @@ def torch_source_facts() -> dict[str, Any]:
         "ddp_calls_dp_machinery": sorted(set(re.findall(
             r"(?<!Distributed)\bDataParallel\(|\breplicate\(|\bparallel_apply\(", ddp_code))),
         "ddp_default_bucket_cap_mb": float(getattr(ddp_mod, "_DEFAULT_BUCKET_CAP_MB", 0.0)),
-        "dp_docs_recommend_ddp": "recommended to use" in doc and "DistributedDataParallel" in doc,
+        "dp_output_device_defaults_first": "output_device = device_ids[0]" in inspect.getsource(
+            torch.nn.DataParallel.__init__),
+        "replicate_backward_reduces": "ReduceAddCoalesced" in inspect.getsource(
+            fn_mod.Broadcast.backward),
+        "dp_docs_recommend_ddp": "recommended to use" in doc and "single" in doc
+        and "DistributedDataParallel" in doc,
     }
 
 
@@ -131,3 +176,94 @@ def dp_one_line_runs() -> bool:
     """`nn.DataParallel(model)` wraps and runs a forward here (on CPU it calls the module)."""
     model = nn.DataParallel(nn.Linear(4, 2))
     return tuple(model(torch.zeros(3, 4)).shape) == (3, 2)
+
+
+def torch_bucket_count() -> int:
+    """Buckets torch's own assignment makes for `_model`'s gradients in reverse order, with
+    the caps DDP rebuilds with by default (1 MiB first, then 25 MiB)."""
+    import torch.distributed as dist
+
+    params: list[torch.Tensor] = list(reversed(list(_model(0).parameters())))
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
+    indices, _ = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+    return len(indices)
+
+
+def threads_vs_processes(repeats: int = 5, work_s: float = 0.03) -> dict[str, list[float]]:
+    """Pure-Python work, timed `repeats` times: the speed-up of 2 threads over 1, and how
+    much faster 2 processes finish the same work than 2 threads (paired by repeat)."""
+    from dpsim.runtime.gil_measure import measure_scaling
+
+    threads, ratio = [], []
+    for _ in range(repeats):
+        thr = measure_scaling("python", (1, 2), "threads", work_s=work_s, trials=1)
+        proc = measure_scaling("python", (1, 2), "processes", work_s=work_s, trials=1)
+        threads.append(thr.speedups[-1])
+        ratio.append(thr.times_s[-1] / proc.times_s[-1])
+    return {"threads_speedups": threads, "processes_over_threads": ratio}
+
+
+def dp_gpu_peaks() -> tuple[list[int] | None, str]:
+    """Peak CUDA bytes per device of one real nn.DataParallel step, or (None, why not)."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        return None, f"needs 2 CUDA GPUs; this machine has {n}"
+    from dpsim.runtime.data import classification
+    from dpsim.runtime.dp_real import cuda_step
+    from dpsim.runtime.models import mlp
+
+    x, y = classification(256, 32, 10_000, seed=0).tensors
+    result = cuda_step(mlp(32, 256, 2, 10_000, seed=0).cuda(), x.cuda(), y.cuda(),
+                       list(range(min(n, 4))))
+    return [int(b) for b in result.trace.meta["peak_allocated"]], "measured"
+
+
+def _nccl_rank() -> None:
+    """One rank of `nccl_two_ranks_one_gpu` (both ranks on cuda:0)."""
+    import torch.distributed as dist
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl")
+    t = torch.ones(1 << 20, device="cuda:0")
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    dist.destroy_process_group()
+
+
+def nccl_two_ranks_one_gpu(timeout_s: float = 60.0) -> dict[str, Any]:
+    """Two processes as two NCCL ranks on one GPU, one all-reduce, inside a timeout.
+
+    outcome: "ran", "failed" (a rank exited with an error) or "hung" (timeout; both are
+    killed with their process groups). Without CUDA or NCCL: ran=False and why.
+    """
+    import torch.distributed as dist
+
+    if not (torch.cuda.is_available() and dist.is_nccl_available()):
+        return {"ran": False, "outcome": "untested",
+                "detail": "needs a CUDA GPU and NCCL; this machine has "
+                          f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} "
+                          "CUDA GPUs"}
+    from dpsim.runtime.launch import free_port
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+               WORLD_SIZE="2", PYTHONPATH=str(root))
+    code = "from dpsim.runtime.myths_lab import _nccl_rank; _nccl_rank()"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for r in range(2)]
+    deadline, outcome, detail = time.monotonic() + timeout_s, "ran", ""
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            outcome = "hung"
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+        text = (p.communicate()[0] or "").strip().splitlines()
+        if p.returncode not in (0, None) and outcome != "hung":
+            outcome = "failed"
+        detail = detail or (text[-1][:200] if text and p.returncode else "")
+    return {"ran": True, "outcome": outcome,
+            "detail": detail or f"{outcome} within {timeout_s:.0f} s"}

@@ -1,9 +1,13 @@
 """DistributedDataParallel simulated: gradient buckets all-reduced while backward runs.
 
-DDP groups gradients into buckets in the reverse order of the model's parameters (about
-the order in which backward produces them). The first bucket is capped at
-`first_bucket_cap_mb` (1 MiB: DDP's `_DEFAULT_FIRST_BUCKET_BYTES`) so that communication
-starts early; the others at `bucket_cap_mb` (25 MiB by default). A bucket closes as soon
+The step simulated by default is a step after the first: DDP has rebuilt its buckets in
+the order backward produced the gradients (about the reverse of the parameters; pass
+`ready_order` for a real model's). The first bucket is capped at `first_bucket_cap_mb`
+(1 MiB, DDP's `_DEFAULT_FIRST_BUCKET_BYTES`, when bucket_cap_mb is not passed; an explicit
+bucket_cap_mb caps it too: `first_bucket_cap_for`) so that communication starts early;
+the others at `bucket_cap_mb` (25 MiB by default). `first_iteration=True` simulates DDP's
+first step with the default find_unused_parameters=False: one bucket holding every
+gradient, all-reduced after backward (see `ddp_buckets`). A bucket closes as soon
 as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bucket's
 all-reduce starts when its last gradient is ready and runs on a communication stream, one
 bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
@@ -36,6 +40,8 @@ from dpsim.strategies.ddp_buckets import GradTensor as GradTensor
 from dpsim.strategies.ddp_buckets import MiB as MiB  # re-exported, like those below
 from dpsim.strategies.ddp_buckets import build_buckets as build_buckets
 from dpsim.strategies.ddp_buckets import check_caps
+from dpsim.strategies.ddp_buckets import first_bucket_cap_for as first_bucket_cap_for
+from dpsim.strategies.ddp_buckets import first_iteration_buckets as first_iteration_buckets
 from dpsim.strategies.ddp_buckets import grad_tensors as grad_tensors
 from dpsim.strategies.inputs import (
     MAX_COUNT,
@@ -72,6 +78,7 @@ class DDPConfig:
     algorithm: str = "ring"  # all-reduce algorithm, one of collectives.ALGORITHMS
     gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
     mixed_precision: bool = False  # memory: 16-bit working copy + fp32 master and moments
+    first_iteration: bool = False  # True: the first step (one bucket of every gradient)
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
@@ -82,6 +89,7 @@ class DDPConfig:
         require_choice("algorithm", self.algorithm, ALGORITHMS)
         require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
         require_bool("mixed_precision", self.mixed_precision)
+        require_bool("first_iteration", self.first_iteration)
         if self.mixed_precision and self.dtype == "fp32":
             raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
 
@@ -112,7 +120,8 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
     link = cluster.link_for(n)
     device = cluster.device
     grads = list(tensors) if tensors is not None else grad_tensors(workload, cfg.dtype)
-    buckets = build_buckets(grads, cfg.bucket_cap_mb, cfg.first_bucket_cap_mb, ready_order)
+    buckets = (first_iteration_buckets(grads) if cfg.first_iteration else
+               build_buckets(grads, cfg.bucket_cap_mb, cfg.first_bucket_cap_mb, ready_order))
     trace = Trace("simulated", meta={
         "strategy": "ddp", "workload": workload.name, "device": device.name,
         "link": link.name, "world_size": n, "batch_size": cfg.batch_size,

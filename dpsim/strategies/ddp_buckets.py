@@ -1,13 +1,25 @@
 """DDP's gradient buckets: which gradients are all-reduced together, in what order.
 
-DDP walks the gradients in the order it expects them ready (the reverse of the
-parameters, or the order its first iteration saw) and closes a bucket as soon as its
-bytes reach the cap: `first_bucket_cap_mb` for the first, `bucket_cap_mb` after.
-`ddp.simulate` all-reduces them while backward runs.
+What torch 2.x does (torch/nn/parallel/distributed.py, `_BucketCapacityConfig`):
+
+* first iteration, default `find_unused_parameters=False` (or `static_graph=True`):
+  `compute_bucket_size_limits` returns `[sys.maxsize]`, so ONE bucket holds every
+  gradient and is all-reduced once backward has produced them all
+  (`first_iteration_buckets`);
+* first iteration with `find_unused_parameters=True`: capped buckets over the reverse of
+  the parameters, from construction;
+* after the first iteration, DDP rebuilds its buckets in the order the gradients really
+  became ready (`build_buckets(..., ready_order=...)`).
+
+A bucket closes as soon as its bytes reach its cap: `first_bucket_cap_mb` for the first,
+`bucket_cap_mb` after. The first cap is 1 MiB only when `bucket_cap_mb` is not passed;
+an explicit `bucket_cap_mb` caps the first bucket too (`first_bucket_cap_for`).
+`ddp.simulate` all-reduces the buckets while backward runs.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +37,19 @@ MiB = 1024**2
 MAX_BUCKET_CAP_MB = float(1 << 20)  # 1 TiB
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 DEFAULT_FIRST_BUCKET_CAP_MB = 1.0  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / MiB
+FIRST_ITERATION_CAP_BYTES = sys.maxsize  # torch: compute_bucket_size_limits -> [sys.maxsize]
+
+
+def first_bucket_cap_for(bucket_cap_mb: float | None = None) -> float:
+    """The first bucket's cap (MiB) torch uses for a DDP built with `bucket_cap_mb`.
+
+    None (not passed): 1 MiB, beside the 25 MiB default; an explicit value (even 25)
+    caps the first bucket too (`_BucketCapacityConfig.create`).
+    """
+    if bucket_cap_mb is None:
+        return DEFAULT_FIRST_BUCKET_CAP_MB
+    require_finite("bucket_cap_mb", bucket_cap_mb, 0, MAX_BUCKET_CAP_MB, low_inclusive=False)
+    return float(bucket_cap_mb)
 
 
 @dataclass(frozen=True)
@@ -56,13 +81,15 @@ class Bucket:
 def build_buckets(tensors: Sequence[GradTensor], bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB,
                   first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB,
                   ready_order: Sequence[str] | None = None) -> list[Bucket]:
-    """Buckets for gradients listed in parameter order (the order of model.parameters()).
+    """Capped buckets for gradients listed in parameter order (model.parameters()).
 
     Walks the tensors in the order their gradients become ready, closing a bucket as soon
     as its bytes reach its cap: `first_bucket_cap_mb` for bucket 0, `bucket_cap_mb` after.
-    The order is the reverse of the parameters (DDP's guess when it starts), or
-    `ready_order` (tensor names) when given: DDP rebuilds its buckets in the order it saw
-    in its first iteration, which differs for layers such as Conv2d (weight before bias).
+    The order is the reverse of the parameters (torch's order at construction, used in
+    the first iteration only with find_unused_parameters=True), or `ready_order` (tensor
+    names): after the first iteration DDP rebuilds its buckets in the order the gradients
+    really became ready, which differs for layers such as Conv2d (weight before bias).
+    DDP's default first iteration is one bucket instead: `first_iteration_buckets`.
     """
     check_caps(bucket_cap_mb, first_bucket_cap_mb)
     tensors = [require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
@@ -95,6 +122,21 @@ def build_buckets(tensors: Sequence[GradTensor], bucket_cap_mb: float = DEFAULT_
     if current:
         close()
     return buckets
+
+
+def first_iteration_buckets(tensors: Sequence[GradTensor]) -> list[Bucket]:
+    """DDP's first iteration with find_unused_parameters=False: one bucket of every gradient.
+
+    Its all-reduce can start only when backward has produced the last gradient (the
+    first parameter's): nothing overlaps in that step.
+    """
+    tensors = [require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
+               for i, t in enumerate(require_sequence("tensors", tensors, empty=True))]
+    if not tensors:
+        return []
+    order = list(reversed(tensors))
+    return [Bucket(0, tuple(t.name for t in order), sum(t.nbytes for t in order),
+                   FIRST_ITERATION_CAP_BYTES, min(t.layer for t in order))]
 
 
 def check_caps(bucket_cap_mb: float, first_bucket_cap_mb: float) -> None:

@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 from dpsim.myths.judge import Verdict
 from dpsim.viz.style import finish
 
-VERDICT_COLORS = {"right": "#C7E9C0", "wrong": "#FCBBA1", "depends": "#FDE0A1"}
+VERDICT_COLORS = {"right": "#C7E9C0", "wrong": "#FCBBA1", "half right": "#FDE0A1",
+                  "inconclusive here": "#E0E0E0", "untestable here": "#F0F0F0"}
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756")
 
 
@@ -46,8 +47,8 @@ def _devices(n: int, word: str = "device") -> list[str]:
 def _f01(e: dict[str, Any]) -> go.Figure:
     per_rank = e["ddp_samples_per_rank"] or []
     n = max(len(e["dp_chunks"]), len(per_rank))
-    return _bars(f"Samples per device: DP given batch {e['dp_batch']}, DDP given batch_size "
-                 f"{e['ddp_batch_size_arg']} (measured)", "samples", _devices(n),
+    return _bars(f"Samples per device: DP given batch {e['dp_batch']} (re-enacted), DDP given "
+                 f"batch_size {e['ddp_batch_size_arg']} (measured)", "samples", _devices(n),
                  {"DataParallel (re-enacted)": e["dp_chunks"],
                   f"DDP ({e['ddp_world_size']} gloo processes)": per_rank})
 
@@ -151,13 +152,15 @@ FIGURES: dict[int, Callable[[dict[str, Any]], go.Figure]] = {
 
 
 def checks_table(v: Verdict) -> go.Figure:
-    """The claim's checks, each with yes / no, and whether it is a core check."""
+    """The claim's checks: outcome, kind of evidence, and whether it decides the verdict."""
     fig = go.Figure(go.Table(
-        columnwidth=[70, 8, 8],
-        header={"values": ["check", "holds", "core"], "align": "left", "fill_color": "#EEEEEE"},
-        cells={"values": [[c.name for c in v.checks], ["yes" if c.holds else "NO"
-                                                        for c in v.checks],
-                          ["core" if c.core else "detail" for c in v.checks]],
+        columnwidth=[60, 12, 14, 8],
+        header={"values": ["check", "outcome", "kind", "role"], "align": "left",
+                "fill_color": "#EEEEEE"},
+        cells={"values": [[("the model says: " if c.kind == "the dpsim model" else "") + c.name
+                           for c in v.checks], [c.outcome for c in v.checks],
+                          [c.kind for c in v.checks],
+                          ["decides" if c.deciding else "detail" for c in v.checks]],
                "align": "left"}))
     return finish(fig, f"Claim {v.number}: {v.verdict.upper()} ({v.source})",
                   height=140 + 40 * len(v.checks))

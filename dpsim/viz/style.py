@@ -53,7 +53,7 @@ STEP_SPLIT_COLORS: dict[str, str] = {
 # Where a figure's numbers come from; every figure's title names one (dpsim.viz.checks).
 SOURCE_WORDS = ("measured", "re-enacted", "simulated", "published", "recorded")
 
-SOURCE_DASH = {"simulated": "dash", "measured": "solid"}
+SOURCE_DASH = {"simulated": "dash", "measured": "solid", "re-enacted": "dot"}
 
 # axis units: bytes in one unit, and units in one second
 BYTE_UNITS: dict[str, float] = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "GB": 1e9}

@@ -56,7 +56,7 @@ def timeline(traces: Traces, title: str = "Timeline", unit: str = "ms",
             groups.setdefault(ev.kind, []).append(ev)
         for kind, evs in groups.items():
             fig.add_bar(showlegend=kind not in shown,
-                        **_bar(kind, evs, row_of, f"{name} ({tr.source})", tr.source == "measured",
+                        **_bar(kind, evs, row_of, f"{name} ({tr.source})", tr.source != "simulated",
                                unit, place))
             shown.add(kind)
         if events:

@@ -17,7 +17,15 @@ from dpsim.hardware import (
     Cluster,
     Link,
 )
-from dpsim.strategies.ddp import DDPConfig, buckets_of, scaling, simulate, step_result
+from dpsim.strategies.ddp import (
+    DEFAULT_BUCKET_CAP_MB,
+    DDPConfig,
+    buckets_of,
+    first_bucket_cap_for,
+    scaling,
+    simulate,
+    step_result,
+)
 from dpsim.validation import require_bool, require_choice, require_finite, require_int
 from dpsim.viz.ddp_timeline import scaling_figure
 from dpsim.viz.timeline import timeline
@@ -40,10 +48,14 @@ def cluster_for(device: str, interconnect: str, world_size: int) -> Cluster:
 
 
 def explore(model: str, device: str, interconnect: str, world_size: int,
-            bucket_cap_mb: float, batch_size: int, overlap: bool) -> list[Any]:
+            bucket_cap_mb: float, batch_size: int, overlap: bool, pass_cap: bool = False,
+            first_iteration: bool = False) -> list[Any]:
     """Simulate one step at `world_size` and a sweep of N; return [timeline, scaling, text].
 
-    `bucket_cap_mb` is in MiB, as in torch's DDP; the text gives times in ms.
+    `bucket_cap_mb` is in MiB, as in torch's DDP, and used only when `pass_cap` (passed to
+    DDP explicitly, it caps the first bucket too); otherwise torch's defaults apply: 25 MiB
+    and a 1 MiB first bucket. `first_iteration`: DDP's first step with the default
+    find_unused_parameters=False, one bucket of every gradient. The text gives times in ms.
     """
     require_choice("model", model, PRESETS)
     require_choice("device", device, DEVICES)
@@ -52,8 +64,13 @@ def explore(model: str, device: str, interconnect: str, world_size: int,
     require_finite("bucket_cap_mb", bucket_cap_mb, 0, low_inclusive=False)
     require_int("batch_size", batch_size, 1)
     require_bool("overlap", overlap)
+    require_bool("pass_cap", pass_cap)
+    require_bool("first_iteration", first_iteration)
+    cap = bucket_cap_mb if pass_cap else DEFAULT_BUCKET_CAP_MB
+    first_cap = first_bucket_cap_for(bucket_cap_mb if pass_cap else None)
     workload = get_workload(model)
-    cfg = DDPConfig(batch_size=batch_size, bucket_cap_mb=bucket_cap_mb, overlap=overlap,
+    cfg = DDPConfig(batch_size=batch_size, bucket_cap_mb=cap, first_bucket_cap_mb=first_cap,
+                    overlap=overlap, first_iteration=first_iteration,
                     dtype="fp32" if DEVICES[device].kind == "cpu" else "bf16")
     cluster = cluster_for(device, interconnect, world_size)
     trace = simulate(workload, cluster, cfg)
@@ -65,7 +82,9 @@ def explore(model: str, device: str, interconnect: str, world_size: int,
             f"{b.compute_s * 1e3:.2f} ms + exposed comm {b.exposed_comm_s * 1e3:.2f} ms; "
             f"comm {b.comm_s * 1e3:.2f} ms in {n_buckets} bucket"
             f"{'s' if n_buckets != 1 else ''}, {b.overlap_fraction:.0%} hidden; "
-            f"scaling efficiency {b.scaling_efficiency:.0%}")
+            f"scaling efficiency {b.scaling_efficiency:.0%}; caps {cap:g} MiB, first bucket "
+            f"{first_cap:g} MiB ({'bucket_cap_mb passed' if pass_cap else 'torch defaults'})"
+            + ("; first iteration: one bucket of every gradient" if first_iteration else ""))
     title = f"{workload.name} on {cluster.name}"
     return [timeline(trace, title, devices=[0], streams=("compute", "comm"), lanes=True,
                      step_time=True),
@@ -90,5 +109,7 @@ def ddp_explorer(model: str = "gpt2-124m", device: str = "h100-80gb",
                                                 description="bucket MiB"),
         "batch_size": widgets.IntSlider(value=8, min=1, max=64, description="batch/rank"),
         "overlap": widgets.Checkbox(value=True, description="overlap with backward"),
+        "pass_cap": widgets.Checkbox(value=False, description="pass bucket_cap_mb"),
+        "first_iteration": widgets.Checkbox(value=False, description="first iteration"),
     }
     return dashboard(controls, explore)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import socket
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["free_port"]
+__all__ = ["StoreBindError", "free_port"]
 
 _MAX_CHILD_TIMEOUT_S = 7 * 24 * 3600.0  # cap for timeouts handed to torch (inf -> 7 days)
 
@@ -72,7 +71,8 @@ def _start_store(host: str, world_size: int, timeout_s: float) -> tuple[Any, str
 
     The listening socket is bound here to `host` with port 0 (the OS picks a free port, so
     concurrent launches never race) and handed to the store, which then listens on `host`
-    only; a plain `TCPStore(host, 0, ...)` would listen on every interface.
+    only; a plain `TCPStore(host, 0, ...)` would listen on every interface, so when torch
+    refuses the socket this raises `StoreBindError` instead of falling back.
     """
     import torch.distributed as dist
 
@@ -94,33 +94,25 @@ def _start_store(host: str, world_size: int, timeout_s: float) -> tuple[Any, str
             address, port, world_size, is_master=True, wait_for_workers=False,
             timeout=timeout, master_listen_fd=sock.fileno(),
         )
-        sock.detach()  # the store owns the socket now
-        return store, address, port
-    except (RuntimeError, OSError, TypeError, ValueError):
+    except (RuntimeError, OSError, TypeError, ValueError) as exc:
         sock.close()
-    return _start_store_fallback(host, address, world_size, timeout)
+        raise StoreBindError(host, exc) from None
+    sock.detach()  # the store owns the socket now
+    return store, address, port
 
 
-def _start_store_fallback(host: str, address: str, world_size: int, timeout: timedelta
-                          ) -> tuple[Any, str, int]:
-    """For a torch without master_listen_fd: port 0, then free ports with retries."""
-    import torch.distributed as dist
+class StoreBindError(RuntimeError):
+    """The store could not take the socket bound to `host` (torch refused master_listen_fd).
 
-    with contextlib.suppress(RuntimeError, OSError, ValueError):
-        store = dist.TCPStore(
-            address, 0, world_size, is_master=True, wait_for_workers=False, timeout=timeout
-        )
-        if store.port > 0:
-            return store, address, int(store.port)
-    last_error: Exception | None = None
-    for _ in range(20):
-        port = free_port(address)
-        try:
-            store = dist.TCPStore(
-                address, port, world_size, is_master=True, wait_for_workers=False,
-                timeout=timeout,
-            )
-            return store, address, port
-        except (RuntimeError, OSError) as exc:  # EADDRINUSE surfaces as either
-            last_error = exc
-    raise RuntimeError(f"could not start a TCPStore on {host}: {last_error}")
+    There is no silent fallback: a `TCPStore` given only a port listens on every network
+    interface, which would open the rendezvous to the whole network.
+    """
+
+    def __init__(self, host: str, cause: BaseException) -> None:
+        super().__init__(
+            f"could not start the rendezvous store on master_addr={host!r}: torch's TCPStore "
+            f"refused the socket bound to that address ({type(cause).__name__}: {cause}). "
+            "launch does not fall back to a store that listens on every interface; use a "
+            "torch whose TCPStore accepts master_listen_fd (torch >= 2.0 on Linux/macOS), or "
+            "start the ranks with torchrun --master_addr 127.0.0.1")
+        self.host = host

@@ -1,0 +1,171 @@
+"""Every benchmark's goals, in one shape, derived from the numbers its run recorded.
+
+Each results file carries `goals`: a list of {goal, value, unit, target, better,
+decided_by, goal_met, median, worst: {value, config}}, and a top-level `goal_met` that is
+true only when every goal is met. `value` is what the goal is judged on (the median when
+the goal is about a median, the worst case when it is about every case); the median and
+the worst case with its configuration always stand beside it.
+
+`python -m benchmarks.goals` re-derives the goals of every file in benchmarks/results from
+the numbers already recorded there (nothing is re-measured); each benchmark's writer
+calls `stamp` itself when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def goal(text: str, value: float, target: float, unit: str, better: str, decided_by: str,
+         median: float, worst: float, worst_config: Any) -> dict[str, Any]:
+    """One goal; `better` is "lower" or "higher", `decided_by` "median" or "worst"."""
+    met = value <= target if better == "lower" else value >= target
+    return {"goal": text, "value": value, "unit": unit, "target": target, "better": better,
+            "decided_by": decided_by, "goal_met": bool(met), "median": median,
+            "worst": {"value": worst, "config": worst_config}}
+
+
+def _collectives(r: dict[str, Any]) -> list[dict[str, Any]]:
+    runs = r["runs"]
+    ratios = {run["world_size"]: run["median"]["ratio_64MiB"] for run in runs}
+    errors = {run["world_size"]: run["median"]["model_median_error_held_out"] for run in runs}
+    low = min(ratios, key=lambda k: ratios[k])
+    high = max(errors, key=lambda k: errors[k])
+    return [goal("hand ring / torch all-reduce bus bandwidth at 64 MiB >= 0.7, every world "
+                 "size", ratios[low], r["ratio_goal_64MiB"], "ratio", "higher", "worst",
+                 statistics.median(ratios.values()), ratios[low], {"world_size": low}),
+            goal("alpha-beta model's held-out median error <= 15 %, every world size",
+                 errors[high], r["model_error_goal"], "fraction", "lower", "worst",
+                 statistics.median(errors.values()), errors[high], {"world_size": high})]
+
+
+def _ddp(r: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = r["rows"]
+    over = max(rows, key=lambda x: x["recorder_overhead"])
+    errs = [(e, row["config"], t) for row in rows for t, e in enumerate(row["errors"])]
+    worst_err = max(errs, key=lambda x: x[0])
+    return [goal("median recorder overhead <= 5 % of a step", r["recorder_overhead_median"],
+                 r["recorder_overhead_goal"], "fraction", "lower", "median",
+                 r["recorder_overhead_median"], over["recorder_overhead"], over["config"]),
+            goal("median prediction error of the calibrated DDP model <= 20 %",
+                 r["prediction_error_median"], r["prediction_error_goal"], "fraction",
+                 "lower", "median", r["prediction_error_median"], worst_err[0],
+                 {**worst_err[1], "trial": worst_err[2]})]
+
+
+def _fuzz(r: dict[str, Any]) -> list[dict[str, Any]]:
+    per = r["per_entry_point"]
+    name = max(per, key=lambda k: per[k]["failed"]) if per else None
+    failed = per[name]["failed"] if name else 0
+    return [goal(r["goal"], r["pct_right_field"], r["goal_pct_right_field"], "%", "higher",
+                 "median", r["pct_right_field"], failed,
+                 {"entry_point": name, "failed_calls": failed}),
+            goal("no hang", r["hangs"], 0, "calls", "lower", "worst", r["hangs"], r["hangs"],
+                 {"time_bound_s": r["time_bound_s"]}),
+            goal("no garbage result", r["garbage"], 0, "calls", "lower", "worst", r["garbage"],
+                 r["garbage"], {}),
+            goal("every valid base call accepted", len(r["base_failures"]), 0, "calls", "lower",
+                 "worst", len(r["base_failures"]), len(r["base_failures"]), {}),
+            goal("every public name in the fuzz table or SKIPPED",
+                 len(r["coverage"]["uncovered"]), 0, "names", "lower", "worst",
+                 len(r["coverage"]["uncovered"]), len(r["coverage"]["uncovered"]),
+                 {"uncovered": r["coverage"]["uncovered"]})]
+
+
+def _launch(r: dict[str, Any]) -> list[dict[str, Any]]:
+    ways = r["ways"]
+    every = [t for w in ways.values() for t in w["reaction_s"]]
+    way = max(ways, key=lambda w: ways[w]["worst_s"])
+    return [goal(r["goal"], ways[way]["worst_s"], r["goal_s"], "s", "lower", "worst",
+                 statistics.median(every), ways[way]["worst_s"], {"way": way})]
+
+
+def _planner(r: dict[str, Any]) -> list[dict[str, Any]]:
+    updates = r["dashboard_updates"]
+    worst = max(updates, key=lambda u: u["new_setting_ms"])
+    return [goal("one FSDP step on 1024 devices, 96 layers <= 50 ms",
+                 r["fsdp_step_1024_devices_96_layers_ms"], r["fsdp_goal_ms"], "ms", "lower",
+                 "worst", r["fsdp_step_1024_devices_96_layers_ms"],
+                 r["fsdp_step_1024_devices_96_layers_ms"], {"n_devices": 1024, "layers": 96}),
+            goal("every dashboard update <= 200 ms", worst["new_setting_ms"],
+                 r["dashboard_goal_ms"], "ms", "lower", "worst",
+                 statistics.median(u["new_setting_ms"] for u in updates),
+                 worst["new_setting_ms"],
+                 {k: v for k, v in worst.items() if not k.endswith("_ms")})]
+
+
+def _stress(r: dict[str, Any]) -> list[dict[str, Any]]:
+    passes = r["passes"]
+    setup = min(passes, key=lambda k: passes[k])
+    return [goal(r["goal"], passes[setup], r["runs_per_setup"], "runs passed", "higher",
+                 "worst", statistics.median(passes.values()), passes[setup],
+                 {"setup": setup, "run_seconds_max": r.get("run_seconds_max")})]
+
+
+GOALS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
+    "collectives": _collectives, "ddp": _ddp, "fuzz_api": _fuzz, "launch": _launch,
+    "planner": _planner, "torchrun_stress": _stress,
+}
+
+
+def stamp(result: dict[str, Any], name: str) -> dict[str, Any]:
+    """`result` with its `goals` and the overall `goal_met` (all goals met)."""
+    goals = GOALS[name](result)
+    result["goals"] = goals
+    result["goal_met"] = all(g["goal_met"] for g in goals)
+    return result
+
+
+SHOWN = ("world_size", "model", "hidden", "depth", "bucket_cap_mb", "trial", "way", "setup",
+         "entry_point", "strategy", "n_devices", "layers")  # the worst case's keys in README
+
+
+def _load(result: dict[str, Any]) -> str:
+    machine = result.get("machine") or {}
+    load = machine.get("load_average_1min", machine.get("load_average"))
+    if isinstance(load, list):
+        load = load[0]
+    return f"{load:.1f}" if isinstance(load, int | float) else "-"
+
+
+def readme_table() -> str:
+    """The goals of every results file as a markdown table (README.md quotes it as is)."""
+    rows = ["| file | goal | value | median | worst case | met | load (1 min) |",
+            "|---|---|---|---|---|---|---|"]
+    for path in sorted(RESULTS.glob("*.json")):
+        result = json.loads(path.read_text())
+        for g in result["goals"]:
+            config = ", ".join(f"{k} {v}" for k, v in g["worst"]["config"].items()
+                               if k in SHOWN and v is not None) or "-"
+            rows.append(f"| {path.name} | {g['goal']} | {g['value']:.4g} {g['unit']} | "
+                        f"{g['median']:.4g} | {g['worst']['value']:.4g} ({config}) | "
+                        f"{'yes' if g['goal_met'] else '**no**'} | {_load(result)} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    """Re-derive the goals of every results file from its recorded numbers."""
+    for path in sorted(RESULTS.glob("*.json")):
+        result = json.loads(path.read_text())
+        name = result.get("benchmark") or path.stem
+        stamp(result, name)
+        if name == "fuzz_api":
+            from benchmarks.fuzz_api import dumps
+
+            path.write_text(dumps(result), encoding="utf-8")
+        else:
+            path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"{path.name}: " + "; ".join(
+            f"{g['goal']}: {g['value']:.4g} {g['unit']} (median {g['median']:.4g}, worst "
+            f"{g['worst']['value']:.4g}) {'met' if g['goal_met'] else 'NOT met'}"
+            for g in result["goals"]))
+
+
+if __name__ == "__main__":
+    main()
