@@ -19,8 +19,8 @@ from dpsim.viz.table import Column, table_figure
 SPLIT_COLORS = STEP_SPLIT_COLORS
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#B279A2")
 FAR_BELOW = 0.15  # peaks under this share of the device's memory: zoom in, name the size
-MAX_BARS = 64
-DEVICE_TICKS = {"tickvals": [4**k for k in range(6)]}  # 1, 4, 16, ... 1024 devices  # beyond this many identical devices, they are drawn as one bar
+MAX_BARS = 64  # beyond this many identical devices, they are drawn as one bar
+DEVICE_TICKS = {"tickvals": [4**k for k in range(6)]}  # 1, 4, 16, ... 1024 devices
 _GRID = {"gridcolor": "#EBEBEB", "zerolinecolor": "#EBEBEB", "linecolor": "#BBBBBB"}
 
 
