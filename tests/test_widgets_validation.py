@@ -205,7 +205,8 @@ def test_memory_explorer_texts_unchanged() -> None:
     fig, line = _me()()
     assert line == "simulated: 9.7 GiB (fits); step 180.3 ms; 44.4 samples/s"
     assert isinstance(fig, go.Figure)
-    assert fig.layout.title.text == "Simulated memory on one H100 80GB SXM"
+    assert fig.layout.title.text == ("Simulated memory on one H100 80GB SXM (device memory "
+                                     "80 GiB: far from full)")
     _, line = _me(model="llama-7b", device="a100-40gb", precision="bf16 mixed",
                   optimizer="sgd", batch_size=4)()
     assert line == "simulated: 120.3 GiB (OUT OF MEMORY); step 4088.5 ms; 1.0 samples/s"
@@ -261,7 +262,7 @@ def test_strategy_explorer_texts_unchanged() -> None:
     fig, text = _sd(strategy="fsdp")()
     assert text == ("simulated: ResNet-50, FSDP / ZeRO-3, N=8: step 5.71 ms = compute 5.52 + "
                     "exposed comm 0.186 + host 0 ms (hidden comm 0.461 ms); 11,210 samples/s; "
-                    "efficiency 100%; fits in memory")
+                    "100% of one device's throughput at the same local batch; fits in memory")
     assert isinstance(fig, go.Figure)
     (msg,) = _sd(global_batch=4)()  # a combination the planner refuses stays a message
     assert msg == ("cannot simulate this setting: global_batch=4 does not split over "
