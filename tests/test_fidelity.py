@@ -70,5 +70,15 @@ def test_the_report_writes_its_three_files(results: dict[str, Any], tmp_path: Pa
     assert "held-out" in md
     assert "Not covered" in md
     assert md.count("| p5-2x8-allreduce |") > 20
-    fig = report.figure(results)
+    fig = report.figure(results["families"]["nccl_tests_all_reduce_time"]["rows"])
     assert len(fig["data"]) == 2 * len(results["families"]["nccl_tests_all_reduce_time"]["runs"])
+
+
+def test_the_shipped_constants_predict_what_the_fit_predicts(results: dict[str, Any]) -> None:
+    fitted = results["families"]["nccl_tests_all_reduce_time"]["rows"]
+    shipped = collectives.shipped_rows()
+    assert [r["predicted_us"] for r in shipped] == pytest.approx(
+        [r["predicted_us"] for r in fitted], rel=1e-6)
+    summary = collectives.held_out_summary(shipped)
+    assert set(summary) == {r["id"] for r in collectives.load_runs()}
+    assert all(0 <= med <= worst for med, worst in summary.values())

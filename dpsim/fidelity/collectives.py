@@ -173,3 +173,26 @@ def evaluate(path: Path = DATA) -> dict[str, Any]:
             "held_out_median": float(np.median(held)), "held_out_worst": float(held.max()),
             "fit_residual_median": float(np.median(resid)),
             "n_points": len(rows), "n_held_out": int(held.size)}
+
+
+def shipped_rows(path: Path = DATA) -> list[dict[str, Any]]:
+    """Every published point beside the model with the constants dpsim ships (no fit here:
+    they are the fit `evaluate` reproduces), with its held-out flag."""
+    pts = points(load_runs(path))
+    rows: list[dict[str, Any]] = []
+    for p in pts:
+        c = replace(CLUSTERS[p.cluster], n_nodes=p.n_nodes)
+        t, algo = predict_us(p, DEFAULT_PARAMS, {}, c)
+        rows.append({"run": p.run, "nbytes": p.nbytes, "published_us": p.time_us,
+                     "predicted_us": round(t, 3), "error": round(t / p.time_us - 1, 4),
+                     "algorithm": algo, "held_out": p.held_out})
+    return rows
+
+
+def held_out_summary(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Per run: (median, worst) |error| over its held-out points."""
+    out: dict[str, tuple[float, float]] = {}
+    for run in dict.fromkeys(r["run"] for r in rows):
+        errs = [abs(r["error"]) for r in rows if r["run"] == run and r["held_out"]]
+        out[run] = (float(np.median(errs)), max(errs))
+    return out

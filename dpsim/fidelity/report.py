@@ -79,9 +79,10 @@ def run() -> dict[str, Any]:
     }
 
 
-def figure(results: dict[str, Any]) -> dict[str, Any]:
-    """Published times (markers) and the model (lines) per run, as a plotly figure dict."""
-    rows = results["families"]["nccl_tests_all_reduce_time"]["rows"]
+def figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Published times (markers) and the model (lines) per run, as a plotly figure dict
+    (`rows`: `results["families"]["nccl_tests_all_reduce_time"]["rows"]` or
+    `collectives.shipped_rows()`)."""
     data: list[dict[str, Any]] = []
     for run in dict.fromkeys(r["run"] for r in rows):
         mine = [r for r in rows if r["run"] == run]
@@ -169,5 +170,5 @@ def main(root: str = ".", write: bool = True) -> int:
             json.dumps(results, indent=1) + "\n")
         (base / "docs").mkdir(exist_ok=True)
         (base / "docs/validation.md").write_text(markdown(results))
-        (base / "docs/validation_figure.json").write_text(json.dumps(figure(results)) + "\n")
+        (base / "docs/validation_figure.json").write_text(json.dumps(figure(coll["rows"])) + "\n")
     return 0
