@@ -18,9 +18,16 @@ from dpsim.collectives.link_constants import (
     NVLS_FRACTIONS,
     NVLS_HOP_US,
 )
+from dpsim.collectives.link_constants import FIT as FIT_SOURCE
 from dpsim.fidelity import collectives, memory
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01}
+WHY_WORST = ("The worst held-out points are p5's between 16 KiB and 512 KiB and GB200's at "
+             "1-2 MiB and under 64 B: there NCCL switches protocols (LL, LL128, Simple) and "
+             "channel counts, and the published times are not even monotone in the size (on "
+             "p5, 64 KiB takes 135 us and 128 KiB 109 us); one smooth pipeline curve cannot "
+             "follow the steps. Messages of 16 MiB and more, what gradient buckets and FSDP "
+             "units are, stay within about 20 %.")
 NOT_COVERED = [
     "all-gather and reduce-scatter nccl-tests runs: no exact published table found",
     "single-node A100/H100/H200 nccl-tests tables: none with an exact, citable file found; "
@@ -56,7 +63,7 @@ def run() -> dict[str, Any]:
         "device": "this machine's CPU (the model is evaluated, nothing is timed)",
         "families": {
             "nccl_tests_all_reduce_time": {
-                "goal": f"held-out median |error| <= {GOALS['collective_median']:.0%}, every "
+                "goal": f"held-out median abs. error <= {GOALS['collective_median']:.0%}, every "
                         f"held-out point <= {GOALS['collective_worst']:.0%}",
                 "value": {"median": coll["held_out_median"], "worst": coll["held_out_worst"]},
                 "goal_met": {
@@ -117,7 +124,10 @@ def markdown(results: dict[str, Any]) -> str:
            f"| DeepSpeed memory estimator | {mem['goal']} | {mem['value']['median']:.2%} | "
            f"{mem['value']['worst']:.2%} | {mem['goal_met']} (nothing fitted) |", "",
            f"Fit residual (training half, not a prediction error): median "
-           f"{coll['fit_residual_median']:.1%}.", "",
+           f"{coll['fit_residual_median']:.1%}.", "", "## Worst points", "",
+           f"Worst held-out point: `{coll['worst_case']['run']}` at "
+           f"{coll['worst_case']['nbytes']} bytes, {_pct(coll['worst_case']['error'])}. "
+           + WHY_WORST, "",
            "Figure: `docs/validation_figure.json` (plotly JSON; open with "
            "`plotly.io.read_json`).", "", "## Constants", "",
            f"Fitted: `{json.dumps(coll['fitted'])}`", "",
@@ -128,6 +138,8 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"| NVLS fraction, {name} | {c.value} | {c.source} |")
     for name, c in NVLS_HOP_US.items():
         out.append(f"| NVLS pass (us), {name} | {c.value} | {c.source} |")
+    for name, value in coll["fitted"]["hop_latency_us"].items():
+        out.append(f"| hop latency (us), {name} | {value} | {FIT_SOURCE} |")
     out += [f"| launch latency (us) | {LAUNCH_US.value} | {LAUNCH_US.source} |", "",
             "## Sources", ""]
     for run, info in coll["runs"].items():
