@@ -96,6 +96,9 @@ SPECS: dict[str, GpuSpec] = {
 
 def match_name(cuda_name: str) -> str | None:
     """The key of SPECS whose `names` best match a CUDA device name, or None."""
+    if not isinstance(cuda_name, str):
+        raise ValueError(f"cuda_name={cuda_name!r} is not a string; give the name CUDA "
+                         "reports, e.g. 'NVIDIA H100 80GB HBM3'")
     lowered = cuda_name.lower()
     best: tuple[int, str] | None = None
     for key, spec in SPECS.items():

@@ -111,6 +111,12 @@ def group_shape(cluster: Cluster, n_devices: int | None = None,
     return GroupShape(n // per, per)
 
 
+def _check(cluster: Cluster, shape: GroupShape, collective: str = "all_reduce") -> None:
+    require_choice("collective", collective, NCCL_COLLECTIVES)
+    require_type("cluster", cluster, Cluster)
+    require_type("shape", shape, GroupShape)
+
+
 def _rate(link: Link, params: ModelParams) -> float:
     """Achieved bytes/s of one link (spec x the fraction of its kind)."""
     return link.bandwidth_GBps * 1e9 * params.fractions[link.kind]
@@ -119,6 +125,7 @@ def _rate(link: Link, params: ModelParams) -> float:
 def rates(cluster: Cluster, shape: GroupShape, params: ModelParams = DEFAULT_PARAMS
           ) -> tuple[float, float, float]:
     """(B_i, B_n, B_s) in bytes/s per rank; B_n = inf on one node, B_s = 0 without NVLS."""
+    _check(cluster, shape)
     b_i = _rate(cluster.intra_node, params)
     b_n = math.inf
     if shape.n_nodes > 1 and cluster.inter_node is not None:
@@ -131,6 +138,7 @@ def rates(cluster: Cluster, shape: GroupShape, params: ModelParams = DEFAULT_PAR
 
 def available(collective: str, cluster: Cluster, shape: GroupShape) -> tuple[str, ...]:
     """The algorithms NCCL has for this collective on this topology."""
+    _check(cluster, shape, collective)
     if collective != "all_reduce" or shape.world_size == 1:
         return ("ring",)
     algos = ["ring"]
@@ -157,7 +165,7 @@ def _hops(cluster: Cluster, shape: GroupShape, algorithm: str, params: ModelPara
 def algorithm_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
                      algorithm: str, params: ModelParams = DEFAULT_PARAMS) -> float:
     """Seconds for one collective on `nbytes` (full tensor) with `algorithm`."""
-    require_choice("collective", collective, NCCL_COLLECTIVES)
+    _check(cluster, shape, collective)
     require_int("nbytes", nbytes, 0, MAX_NBYTES)
     require_choice("algorithm", algorithm, available(collective, cluster, shape))
     n, m, r = shape.world_size, shape.n_nodes, shape.ranks_per_node
@@ -184,6 +192,7 @@ def algorithm_time_s(collective: str, nbytes: int, cluster: Cluster, shape: Grou
 def choose_algorithm(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
                      params: ModelParams = DEFAULT_PARAMS) -> str:
     """NCCL's rule, imitated: the available algorithm with the smallest modelled time."""
+    _check(cluster, shape, collective)
     algos = available(collective, cluster, shape)
     times = [algorithm_time_s(collective, nbytes, cluster, shape, a, params) for a in algos]
     return algos[times.index(min(times))]
@@ -217,6 +226,8 @@ def achieved_link(link: Link) -> Link:
 def ring_link(cluster: Cluster, n_devices: int) -> Link:
     """The achieved per-rank Link of a ring over the first `n_devices` devices (used by
     `Cluster.link_for`): bandwidth min(B_i, B_n), latency the slowest hop's."""
+    require_type("cluster", cluster, Cluster)
+    require_int("n_devices", n_devices, 1, cluster.world_size)
     shape = group_shape(cluster, n_devices)
     b_i, b_n, _ = rates(cluster, shape)
     crosses = shape.n_nodes > 1 and cluster.inter_node is not None
