@@ -44,7 +44,7 @@ SIMULATOR_MODULES = (
     "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
     "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
     "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
-    "dpsim.fidelity.memory", "dpsim.fidelity.report",
+    "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -80,7 +80,8 @@ SKIPPED: dict[str, str] = {
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
                     "collectives.link_names", "collectives.tied_links", "collectives.fit",
                     "collectives.evaluate", "collectives.shipped_rows",
-                    "collectives.held_out_summary", "memory.evaluate", "report.shipped_matches_fit",
+                    "collectives.held_out_summary", "memory.evaluate", "ddp.evaluate",
+                    "ddp.fit_efficiency", "report.shipped_matches_fit",
                     "report.run", "report.figure", "report.markdown", "report.main")},
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,

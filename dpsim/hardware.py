@@ -199,6 +199,7 @@ INFINITY_FABRIC = Link("Infinity Fabric (MI300X)", 448.0, 1.55, "infinity_fabric
 PCIE3_X16 = Link("PCIe 3.0 x16", 15.75, 8.0, "pcie")  # 8 GT/s x 16 lanes, 128b/130b
 PCIE4_X16 = Link("PCIe 4.0 x16", 31.5, 8.0, "pcie")  # 16 GT/s x 16 lanes
 PCIE5_X16 = Link("PCIe 5.0 x16", 63.0, 8.0, "pcie")  # 32 GT/s x 16 lanes
+INFINIBAND_EDR = Link("InfiniBand EDR 100 Gb/s", 12.5, 5.82, "infiniband")
 INFINIBAND_HDR = Link("InfiniBand HDR 200 Gb/s", 25.0, 5.82, "infiniband")
 INFINIBAND_NDR = Link("InfiniBand NDR 400 Gb/s", 50.0, 5.82, "infiniband")  # one NIC per GPU
 ROCE_100G = Link("RoCE 100 Gb/s", 12.5, 5.82, "roce")

@@ -48,6 +48,9 @@ def test_results_hold_goals_values_and_worst_cases(results: dict[str, Any]) -> N
     assert coll["shipped_constants_match_fit"]  # the library ships what this fit finds
     assert set(coll["runs"]) == {r["run"] for r in rows}
     assert results["families"]["deepspeed_memory_estimator"]["goal_met"]
+    ddp_rows = results["families"]["pytorch_ddp_benchmark"]["rows"]
+    assert [r["n_gpus"] for r in ddp_rows] == [1, 2, 4, 8, 16]
+    assert all(r["held_out"] and r["where"] for r in ddp_rows)
     assert results["not_covered"]
 
 
