@@ -43,6 +43,8 @@ SIMULATOR_MODULES = (
     "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
     "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
     "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
+    "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
+    "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -69,6 +71,18 @@ SKIPPED: dict[str, str] = {
     "dpsim.widgets.collectives_explorer.Estimate": _RESULT,
     "dpsim.widgets.collectives_explorer.Preset": _RESULT,
     "dpsim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
+    "dpsim.collectives.nccl.ModelParams": "the model's constants, built by the fitter; "
+                                          "every field is a number the fit sets",
+    "dpsim.gpu_specs.GpuSpec": "datasheet rows, read by hardware at import",
+    **{f"dpsim.fidelity.{name}": "the validation harness over the shipped dataset; run by "
+                                 "python -m dpsim validate and tests/test_fidelity.py"
+       for name in ("collectives.Point", "collectives.load_runs", "collectives.points",
+                    "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
+                    "collectives.link_names", "collectives.tied_links", "collectives.fit",
+                    "collectives.evaluate", "collectives.shipped_rows",
+                    "collectives.held_out_summary", "memory.evaluate", "ddp.evaluate",
+                    "ddp.fit_efficiency", "report.shipped_matches_fit",
+                    "report.run", "report.figure", "report.markdown", "report.main")},
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,

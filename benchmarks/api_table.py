@@ -111,12 +111,12 @@ def _hardware() -> tuple[EntryPoint, ...]:
             real("fp32_tflops", 67.0), real("bf16_tflops", 989.0), real("mem_bw_GBps", 3350.0),
             real("op_overhead_us", 5.0), real("efficiency", 0.6)), then=_then_device),
         EntryPoint("hardware.Link", hardware.Link, (
-            label("name", "toy"), real("bandwidth_GBps", 450.0), real("latency_us", 3.0)),
-            then=_then_link),
+            label("name", "toy"), real("bandwidth_GBps", 450.0), real("latency_us", 3.0),
+            choice("kind", "nvlink", hardware.LINK_KINDS)), then=_then_link),
         EntryPoint("hardware.Cluster", hardware.Cluster, (
             label("name", "toy"), DEV, integer("devices_per_node", 8), integer("n_nodes", 2),
-            obj("intra_node", NVLINK), obj("inter_node", hardware.INFINIBAND_NDR, optional=True)),
-            then=_then_cluster),
+            obj("intra_node", NVLINK), obj("inter_node", hardware.INFINIBAND_NDR, optional=True),
+            integer("nics_per_node", 0), flag("nvls", True)), then=_then_cluster),
         EntryPoint("hardware.Device.tflops", H100.tflops, (choice("dtype", "bf16", DTYPES),)),
         EntryPoint("hardware.Cluster.link_for", IB4.link_for, (integer("n_devices", 16),)),
         EntryPoint("hardware.Cluster.with_devices", NODE.with_devices, (integer("n_devices", 16),)),
@@ -327,7 +327,8 @@ def _collectives() -> tuple[EntryPoint, ...]:
 def simulator_entry_points() -> tuple[EntryPoint, ...]:
     """Every entry point of the simulator wing."""
     from benchmarks.api_table_strategies import strategy_entry_points
+    from benchmarks.api_table_topology import topology_entry_points
 
     return (_hardware() + _workload() + _trace_entries() + _memory() + _compute() + _gil()
-            + _collectives() + strategy_entry_points())
+            + _collectives() + strategy_entry_points() + topology_entry_points())
 

@@ -131,6 +131,10 @@ CLOSED_FORM_WORLD = (
     "strategies.fsdp.communication_bytes_per_step", "widgets.collectives_explorer.*",
 )
 ALLOWED: tuple[Allow, ...] = (
+    Allow("hardware.Cluster", ("nics_per_node",), ("zero",),
+          "documented: 0 NICs per node means one per device"),
+    Allow("hardware.device_for_name", ("memory_bytes",), HUGE,
+          "a device of 1 GB or of an exabyte: memory is reported, not allocated"),
     Allow("collectives.fit.fit_link", ("n_alpha",), ("zero",),
           "no latency term: a bandwidth-only fit (the sizes and s_over_b carry it)"),
     Allow("collectives.fit.fit_link", ("s_over_b",), ("zero",),

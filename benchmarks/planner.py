@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.planner
 
 1. One FSDP (ZeRO-3) step of a 96-layer transformer (GPT-3 175B shape) on 1024 devices:
-   `dpsim.planner.plan(..., "fsdp", 1024, ...)` (goal: <= 50 ms).
+   `dpsim.planner.plan(..., "fsdp", 1024, ...)` (goal: <= 20 ms of CPU time; the wall
+   time is recorded beside it, and is longer when the machine is shared).
 2. One dashboard update, simulation + figure (`StrategyExplorer.render`):
    - "move N": the scaling curve of this setting is already simulated (the usual case);
    - "new setting": the 1..1024 scaling curve is simulated too (model, batch, strategy changed).
@@ -29,12 +30,13 @@ from benchmarks.goals import stamp
 RESULTS = Path(__file__).resolve().parent / "results" / "planner.json"
 
 
-def _median_s(fn: Callable[[], Any], repeats: int) -> float:
+def _median_s(fn: Callable[[], Any], repeats: int,
+              clock: Callable[[], float] = time.perf_counter) -> float:
     times = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return statistics.median(times)
 
 
@@ -56,6 +58,9 @@ def main() -> None:
     big = transformer("96-layer (GPT-3 175B shape)", 96, 12288, 96, 2048, 50257)
     plan(big, cluster, "fsdp", 1024, 1024)  # warm-up (imports)
     fsdp_s = _median_s(lambda: plan(big, cluster, "fsdp", 1024, 1024), 20)
+    # CPU time of this process: what the step costs, whatever else the machine runs
+    fsdp_cpu_s = _median_s(lambda: plan(big, cluster, "fsdp", 1024, 1024), 20,
+                           time.process_time)
     updates: list[dict[str, Any]] = []
     for model in ("resnet50", "gpt2-124m", "gpt-1.3b", "llama-70b"):
         for strategy in ("ddp", "fsdp", "dp"):
@@ -68,14 +73,15 @@ def main() -> None:
             updates.append({"model": model, "strategy": strategy, "n_devices": n,
                             "move_n_ms": round(move * 1e3, 1),
                             "new_setting_ms": round(new * 1e3, 1)})
-    fsdp_ms = round(fsdp_s * 1e3, 2)
+    fsdp_ms, fsdp_cpu_ms = round(fsdp_s * 1e3, 2), round(fsdp_cpu_s * 1e3, 2)
     worst = max(updates, key=lambda u: u["new_setting_ms"])
     result = {
-        "goal": "one FSDP step on 1024 devices <= 50 ms; every dashboard update <= 200 ms",
-        "goal_met": fsdp_ms <= 50.0 and worst["new_setting_ms"] <= 200.0,
+        "goal": "one FSDP step on 1024 devices <= 20 ms; every dashboard update <= 200 ms",
+        "goal_met": fsdp_cpu_ms <= 20.0 and worst["new_setting_ms"] <= 200.0,
         "worst_case": worst,
         "fsdp_step_1024_devices_96_layers_ms": fsdp_ms,
-        "fsdp_goal_ms": 50.0,
+        "fsdp_step_1024_devices_96_layers_cpu_ms": fsdp_cpu_ms,
+        "fsdp_goal_ms": 20.0,
         "dashboard_update_move_n_ms_max": max(u["move_n_ms"] for u in updates),
         "dashboard_update_new_setting_ms_max": worst["new_setting_ms"],
         "dashboard_goal_ms": 200.0,

@@ -1,4 +1,4 @@
-"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks}."""
+"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate}."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     nb = sub.add_parser("notebooks", help="execute notebooks and keep only checked outputs")
     nb.add_argument("action", choices=["refresh", "check"])
     nb.add_argument("paths", nargs="*")
+    val = sub.add_parser("validate", help="the model against published measurements: "
+                         "every point, held-out errors; writes results and docs/validation.md")
+    val.add_argument("--root", default=".", help="repository root to write the files under")
+    val.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
@@ -48,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dpsim.course.notebook_outputs import main as notebooks_main
 
         return notebooks_main(args.action, args.paths)
+    if args.command == "validate":
+        from dpsim.fidelity.report import main as validate_main
+
+        return validate_main(args.root, write=not args.no_write)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -222,9 +222,9 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms
     model = workload.n_params * DTYPE_BYTES[dt]
-    link = cluster.intra_node
+    link = cluster.link_for(min(cluster.world_size, cluster.devices_per_node))  # achieved
     n_star = _solve_for(cluster, c, global_batch, k, model, a, link, c0)
-    if n_star > cluster.devices_per_node:  # beyond one node the slower link decides
+    if n_star > cluster.devices_per_node:  # beyond one node: min(NVLink, all the node's NICs)
         big = cluster.with_devices(cluster.devices_per_node * 2)
         link = big.link_for(big.world_size)
         n_star = max(float(cluster.devices_per_node),

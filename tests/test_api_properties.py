@@ -42,7 +42,7 @@ REPRESENTATIVE = (
     "collectives.cost.collective_time_s", "collectives.cost.bytes_sent_per_rank",
     "collectives.ring.chunk_bounds", "gil.GILConfig", "strategies.ddp.DDPConfig",
     "strategies.fsdp.FSDPConfig", "strategies.dp_closed_form.DPConfig", "planner.plan",
-    "planner.crossover_formula",
+    "planner.crossover_formula", "collectives.nccl.nccl_time_s",
 )
 
 ANYTHING = st.one_of(

@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from dpsim.collectives.link_constants import ACHIEVED_FRACTION
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import (
     CLUSTERS,
@@ -40,10 +41,17 @@ def test_presets_have_the_documented_shapes() -> None:
     assert len(CLUSTERS) >= 5
 
 
-def test_link_for_uses_the_slowest_link_crossed() -> None:
+def test_link_for_gives_the_achieved_ring_link() -> None:
     big = get_cluster("h100-ib-4")
-    assert big.link_for(8) == NVLINK4
-    assert big.link_for(16) == INFINIBAND_NDR
+    nvlink = ACHIEVED_FRACTION["nvlink"].value * NVLINK4.bandwidth_GBps
+    ib = ACHIEVED_FRACTION["infiniband"].value * INFINIBAND_NDR.bandwidth_GBps
+    assert big.link_for(8).bandwidth_GBps == pytest.approx(nvlink)
+    assert big.link_for(8).latency_us == NVLINK4.latency_us
+    # across nodes a rank's ring share is all 8 NICs of its node, capped by NVLink
+    assert big.link_for(16).bandwidth_GBps == pytest.approx(min(nvlink, 8 * ib))
+    assert big.link_for(16).latency_us == max(NVLINK4.latency_us, INFINIBAND_NDR.latency_us)
+    few_nics = replace(big, nics_per_node=1)
+    assert few_nics.link_for(16).bandwidth_GBps == pytest.approx(ib)
 
 
 def test_with_devices_fills_nodes() -> None:
@@ -56,8 +64,8 @@ def test_with_devices_fills_nodes() -> None:
 
 
 def test_bad_presets_and_fields_raise_valueerror() -> None:
-    with pytest.raises(ValueError, match=r"name='h200'.*allowed"):
-        get_device("h200")
+    with pytest.raises(ValueError, match=r"name='h300'.*allowed"):
+        get_device("h300")
     with pytest.raises(ValueError, match="name='nope'"):
         get_cluster("nope")
     with pytest.raises(ValueError, match="memory_GiB=-1"):

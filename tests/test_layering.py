@@ -18,7 +18,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "dpsim"
 SIMULATOR_MODULES = {"validation", "hardware", "workload", "trace", "memory", "fsdp_shards",
                      "compute", "gil", "gil_limits",
-                     "planner", "collectives", "strategies"}
+                     "planner", "collectives", "strategies", "gpu_specs", "cluster_presets",
+                     "fidelity"}
 # wing -> the wings it may import (its own included)
 ALLOWED = {
     "simulator": {"simulator"},

@@ -232,21 +232,21 @@ def test_dp_explorer_texts_unchanged() -> None:
     assert text == (
         "simulated: GPT-2 124M, chunks [8, 8, 8, 8]\n"
         "device 0 peak 24.6 GiB, largest other 6.8 GiB (device 0 holds 3.62x)\n"
-        "step 218.60 ms\n"
+        "step 224.13 ms\n"
         "extra on device 0 when the loss is computed: optimizer 949.4 MiB, input 192.0 KiB, "
         "gathered 6.1 GiB, loss 12.3 GiB")
     assert isinstance(fig, go.Figure)
     text, _ = _dp(model="llama-7b", n_devices=2, batch_size=8, out_features=10,
                   cluster="pcie-4gpu")()
-    assert text.splitlines()[2] == "step 66860.80 ms; device 0 runs OUT OF MEMORY"
+    assert text.splitlines()[2] == "step 66843.69 ms; device 0 runs OUT OF MEMORY"
     _, summary = _dp(dpe.explore, batch_size=2)()
     assert summary["chunks"] == [1, 1]
 
 
 def test_ddp_explorer_text_unchanged() -> None:
     *figs, text = _ddp()()
-    assert text == ("simulated, N=4: step 28.08 ms = compute 18.84 ms + exposed comm 9.24 ms; "
-                    "comm 15.27 ms in 7 buckets, 39% hidden; scaling efficiency 67%; caps 25 MiB, "
+    assert text == ("simulated, N=4: step 27.97 ms = compute 18.84 ms + exposed comm 9.13 ms; "
+                    "comm 15.15 ms in 7 buckets, 40% hidden; scaling efficiency 67%; caps 25 MiB, "
                     "first bucket 1 MiB (torch defaults)")
     assert all(isinstance(f, go.Figure) for f in figs)
 
@@ -260,8 +260,8 @@ def test_collectives_explorer_text_unchanged() -> None:
 
 def test_strategy_explorer_texts_unchanged() -> None:
     fig, text = _sd(strategy="fsdp")()
-    assert text == ("simulated: ResNet-50, FSDP / ZeRO-3, N=8: step 5.71 ms = compute 5.52 + "
-                    "exposed comm 0.186 + host 0 ms (hidden comm 0.461 ms); 11,210 samples/s; "
+    assert text == ("simulated: ResNet-50, FSDP / ZeRO-3, N=8: step 5.67 ms = compute 5.52 + "
+                    "exposed comm 0.149 + host 0 ms (hidden comm 0.389 ms); 11,284 samples/s; "
                     "100% of one device's throughput at the same local batch; fits in memory")
     assert isinstance(fig, go.Figure)
     (msg,) = _sd(global_batch=4)()  # a combination the planner refuses stays a message

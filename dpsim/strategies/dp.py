@@ -18,7 +18,7 @@ One training step as `torch.nn.DataParallel` runs it (torch/nn/parallel/data_par
 
 With one device in use, torch calls the module directly (no replicate, threads, gather).
 Kernel times come from `dpsim.compute` (its per-operator overhead is the host's share);
-transfers use the cluster's intra-node link (a host batch crosses PCIe). Deterministic.
+transfers use the cluster's achieved intra-node link (a host batch crosses PCIe). Deterministic.
 Its config, the chunks and the bytes each device holds at the loss: `dp_closed_form`.
 """
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from dpsim.collectives.cost import collective_time_s
+from dpsim.collectives.nccl import achieved_link
 from dpsim.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.gil import Segment, schedule
 from dpsim.hardware import PCIE4_X16, Cluster, Device, Link
@@ -103,7 +104,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     python_s (seconds some thread held the GIL), phases ({kind: [start_s, end_s]}).
     """
     _check(workload, cluster, config)
-    dev, link, dt = cluster.device, cluster.intra_node, config.dtype
+    dev, link, dt = cluster.device, achieved_link(cluster.intra_node), config.dtype
     sizes = scatter_sizes(config.batch_size, config.n_devices)
     used = len(sizes)
     scale = dtype_scale(workload, dt)
@@ -131,7 +132,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
 
     # 1. scatter: the main thread issues one copy per chunk; copies share the sender's link
     host = tb.event(0, "main", "python", 0.0, used * gil_s, label="scatter: issue copies")
-    src_link = PCIE4_X16 if config.input_on == "host" else link
+    src_link = achieved_link(PCIE4_X16) if config.input_on == "host" else link
     first = 0 if config.input_on == "host" else 1
     ready = [host] * used
     t = host + src_link.latency_us * 1e-6

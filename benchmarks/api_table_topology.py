@@ -1,0 +1,47 @@
+"""Fuzz-table entries of the topology-aware collective model and the hardware presets
+(`dpsim.collectives.nccl`, `dpsim.gpu_specs`, `dpsim.fidelity`)."""
+
+from __future__ import annotations
+
+from benchmarks.api_surface import Arg, EntryPoint, choice, flag, integer, obj
+from dpsim import gpu_specs, hardware
+from dpsim.collectives import nccl
+
+NAME = "name"
+IB4 = hardware.get_cluster("h100-ib-4")
+SHAPE = nccl.GroupShape(4, 8)
+COLL = choice("collective", "all_reduce", nccl.NCCL_COLLECTIVES)
+NB = integer("nbytes", 2**20)
+CL = obj("cluster", IB4)
+
+
+def topology_entry_points() -> tuple[EntryPoint, ...]:
+    """Every public entry point of the collective model on a topology."""
+    return (
+        EntryPoint("collectives.nccl.GroupShape", nccl.GroupShape,
+                   (integer("n_nodes", 4), integer("ranks_per_node", 8))),
+        EntryPoint("collectives.nccl.group_shape", nccl.group_shape,
+                   (CL, integer("n_devices", 32, optional=True),
+                    integer("ranks_per_node", 8, optional=True))),
+        EntryPoint("collectives.nccl.rates", nccl.rates, (CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.nccl.available", nccl.available,
+                   (COLL, CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.nccl.algorithm_time_s", nccl.algorithm_time_s,
+                   (COLL, NB, CL, obj("shape", SHAPE),
+                    choice("algorithm", "tree", nccl.NCCL_ALGORITHMS))),
+        EntryPoint("collectives.nccl.choose_algorithm", nccl.choose_algorithm,
+                   (COLL, NB, CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.nccl.nccl_time_s", nccl.nccl_time_s,
+                   (COLL, NB, CL, integer("n_devices", 32, optional=True),
+                    integer("ranks_per_node", 8, optional=True),
+                    choice("algorithm", "auto", nccl.ALGORITHM_CHOICES))),
+        EntryPoint("collectives.nccl.achieved_link", nccl.achieved_link,
+                   (obj("link", hardware.NVLINK4),)),
+        EntryPoint("collectives.nccl.ring_link", nccl.ring_link,
+                   (CL, integer("n_devices", 32))),
+        EntryPoint("gpu_specs.match_name", gpu_specs.match_name,
+                   (Arg("cuda_name", "NVIDIA H100 80GB HBM3", NAME),)),
+        EntryPoint("hardware.device_for_name", hardware.device_for_name,
+                   (Arg("cuda_name", "NVIDIA H100 80GB HBM3", NAME),
+                    integer("memory_bytes", 80 * 2**30), flag("warn", False))),
+    )
