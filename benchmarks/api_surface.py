@@ -43,6 +43,7 @@ SIMULATOR_MODULES = (
     "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
     "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
     "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
+    "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",

@@ -47,6 +47,12 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(8, "08_myths_lab.ipynb", "Myths lab: popular claims tested",
             "the measurable claims, on CPU processes and threads", "the GPU claims", 2,
             "the claims about scale"),
+    Chapter(9, "09_precision_and_memory.ipynb",
+            "Precision and memory: mixed precision, checkpointing, clipping, meta init",
+            "autocast bf16; FSDP2 mixed precision, checkpointed blocks, clipping, meta-device "
+            "init, ZeRO-1 and CPU offload (unpinned) on gloo processes",
+            "autocast fp16 with a GradScaler on GPU 0, besides the CPU runs", 1,
+            "torch's and ZeRO's precision schemes per ZeRO stage, checkpointing, offload"),
 )
 
 

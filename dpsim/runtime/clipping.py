@@ -90,7 +90,7 @@ def run_clipping(world_size: int = 2, max_norm: float = 0.5, global_batch: int =
         raise ValueError(f"global_batch={global_batch} does not split over world_size="
                          f"{world_size}; allowed: a multiple of world_size")
     ranks = launch(clip_rank, world_size, args=(max_norm, global_batch, seed),
-                   timeout_s=timeout_s)
+                   backend="gloo", timeout_s=timeout_s)  # the FSDP2 part uses a CPU mesh
     return summarize_clipping(ranks, *clip_reference(max_norm, global_batch, seed))
 
 

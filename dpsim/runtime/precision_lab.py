@@ -78,7 +78,7 @@ def run_precision_lab(world_size: int = 2, timeout_s: float = 180.0) -> Precisio
     from dpsim.runtime.launch import launch
 
     require_int("world_size", world_size, 2, 8)
-    ranks = launch(lab_rank, world_size, timeout_s=timeout_s)
+    ranks = launch(lab_rank, world_size, backend="gloo", timeout_s=timeout_s)  # CPU meshes
     part = {k: [r[k] for r in ranks] for k in ranks[0]}
     return PrecisionLab(world_size, part["fsdp_mixed"], part["checkpoint"],
                         summarize_clipping(part["clip"], *clip_reference(0.5)),
