@@ -86,14 +86,14 @@ def amp_fp32(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor
 
 def amp_zero_scheme(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                     y: torch.Tensor) -> tuple[int, int, int]:
-    p, g, o = amp_step(model, optimizer, x, y)
+    p, _g, o = amp_step(model, optimizer, x, y)
     n = p // 4
     return 2 * n, 2 * n, 12 * n + (o - 8 * n)
 
 
 def amp_no_step_scalar(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
                        y: torch.Tensor) -> tuple[int, int, int]:
-    p, g, o = amp_step(model, optimizer, x, y)
+    p, g, _o = amp_step(model, optimizer, x, y)
     return p, g, 2 * p
 
 
