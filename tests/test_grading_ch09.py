@@ -31,9 +31,9 @@ def amp_step_measured(model: nn.Module, optimizer: torch.optim.Optimizer, x: tor
     """Another right answer: measure the tensors after the step."""
     amp_step(model, optimizer, x, y)
     params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
     state = [v for s in optimizer.state.values() for v in s.values()]
-    return [sum(t.numel() * t.element_size() for t in ts)
-            for ts in (params, [p.grad for p in params], state)]
+    return [sum(t.numel() * t.element_size() for t in ts) for ts in (params, grads, state)]
 
 
 def clip_manual(params: list[nn.Parameter], max_norm: float) -> float:
@@ -54,8 +54,9 @@ def clip_torch(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
 def materialize(model: nn.Module) -> nn.Module:
     model.to_empty(device="cpu")
     for m in model.modules():
-        if hasattr(m, "reset_parameters"):
-            m.reset_parameters()
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
     return model
 
 

@@ -26,7 +26,7 @@ from dpsim.runtime.tiny_transformer import tiny_transformer, token_batch
 from dpsim.strategies.fsdp import FSDPConfig, simulate
 from dpsim.workload import get_workload
 from dpsim.zero_partition import zero1_optimizer_bytes, zero1_partition
-from tests.bad_input import raises_naming
+from tests.bad_input import raises_naming, wrong
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "sgd_momentum", "adam", "adamw"])
@@ -106,7 +106,7 @@ def test_zero1_partition_follows_torch() -> None:
 
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    src = inspect.getsource(ZeroRedundancyOptimizer._partition_parameters)
+    src = inspect.getsource(ZeroRedundancyOptimizer._partition_parameters)  # type: ignore[attr-defined]
     assert "key=lambda t: t.numel(), reverse=True" in src
     assert "_get_min_index" in src
     assert zero1_partition([90, 30, 30, 5], 2) == [[0], [1, 2, 3]]
@@ -142,7 +142,7 @@ def test_planner_knobs_and_their_refusals() -> None:
         plan(w, node, "ddp", 8, 64, precision="torch_amp")
     with raises_naming("activation_checkpointing"):
 
-        plan(w, node, "fsdp", 8, 64, activation_checkpointing="yes")
+        plan(w, node, "fsdp", 8, 64, activation_checkpointing=wrong("yes"))
 
 
 def test_bad_policy_names_its_field() -> None:

@@ -129,7 +129,7 @@ def _call_clip(fn: Callable[..., Any], *, grads: list[list[list[float]]], max_no
     """Parameters whose .grad are `grads` (DTensors sharded on dim 0 when `dtensor`)."""
     import torch.distributed as dist
 
-    params = []
+    params: list[nn.Parameter] = []
     mesh, made = _mesh() if dtensor else (None, False)
     try:
         return _clip_with(fn, params, grads, max_norm, mesh)
