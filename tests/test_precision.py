@@ -155,3 +155,19 @@ def test_bad_policy_names_its_field() -> None:
     with raises_naming("reduce_dtype"):
 
         precision_policy("zero_mixed", "bf16", "fp32")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fp16_autocast_with_grad_scaler_keeps_fp32_states() -> None:
+    step = autocast_step("fp16", "cuda", steps=2, batch=4)
+    assert step.states_exact
+    assert step.dtypes["logits"] == "torch.float16"
+    assert all(torch.isfinite(torch.tensor(step.losses)))
+
+
+def test_cuda_refused_without_a_gpu_names_the_device() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the refusal is for machines without one")
+    with raises_naming("device"):
+        autocast_step("bf16", "cuda")

@@ -11,6 +11,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from dpsim.memory import PRECISIONS
+from dpsim.strategies.inputs import require_instance
 from dpsim.validation import require_bool, require_choice
 
 # "torch_amp": torch.autocast / FSDP2 MixedPrecisionPolicy (fp32 states, bf16 compute)
@@ -26,6 +27,10 @@ def base_precision(precision: str) -> str:
 def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
                 activation_checkpointing: bool = False, offload: bool = False) -> Any:
     """`config` with the knobs set; ValueError naming a knob its strategy does not take."""
+    from dpsim.strategies.registry import get_strategy
+
+    kind = get_strategy(strategy, field="strategy").config_type
+    require_instance("config", config, kind, f"a {kind.__name__} (the strategy's config)")
     require_choice("precision", precision, KNOB_PRECISIONS)
     require_bool("activation_checkpointing", activation_checkpointing)
     require_bool("offload", offload)
