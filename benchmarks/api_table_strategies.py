@@ -127,7 +127,8 @@ def _ddp() -> tuple[EntryPoint, ...]:
         EntryPoint("strategies.ddp.DDPConfig", ddp.DDPConfig, (
             integer("batch_size", 8), real("bucket_cap_mb", 25.0), real("first_bucket_cap_mb", 1.0),
             flag("overlap", True), OPT, choice("dtype", "bf16", DTYPES), ALGO,
-            flag("gradient_as_bucket_view", False), flag("mixed_precision", True)), then=_then_ddp),
+            flag("gradient_as_bucket_view", False), flag("mixed_precision", True),
+            flag("activation_checkpointing", False)), then=_then_ddp),
         EntryPoint("strategies.ddp.GradTensor", ddp.GradTensor,
                    (label("name", "w"), integer("nbytes", 1024), integer("layer", 0))),
         EntryPoint("strategies.ddp.build_buckets", ddp.build_buckets, (

@@ -134,6 +134,8 @@ def test_planner_knobs_and_their_refusals() -> None:
     assert ckpt.compute_s > base.compute_s
     assert plan(w, node, "zero1", 8, 64, precision="torch_amp").peak_bytes != \
         plan(w, node, "zero1", 8, 64).peak_bytes
+    ddp = plan(w, node, "ddp", 8, 64, activation_checkpointing=True)
+    assert max(ddp.peak_bytes) < max(plan(w, node, "ddp", 8, 64).peak_bytes)
     with raises_naming("offload"):
 
         plan(w, node, "ddp", 8, 64, offload=True)
@@ -171,3 +173,19 @@ def test_cuda_refused_without_a_gpu_names_the_device() -> None:
         pytest.skip("this machine has a GPU; the refusal is for machines without one")
     with raises_naming("device"):
         autocast_step("bf16", "cuda")
+
+
+def test_ddp_checkpointing_keeps_the_formula_and_pays_a_forward() -> None:
+    from dpsim.memory import checkpointed_activation_bytes
+    from dpsim.strategies.ddp import DDPConfig
+    from dpsim.strategies.ddp import simulate as simulate_ddp
+
+    w, node = get_workload("gpt2-124m"), get_cluster("h100-node")
+    plain = simulate_ddp(w, node, DDPConfig(batch_size=4, dtype="bf16"))
+    ckpt = simulate_ddp(w, node, DDPConfig(batch_size=4, dtype="bf16",
+                                           activation_checkpointing=True))
+    acts = [m.nbytes for m in ckpt.memory if m.category == "activations"]
+    assert acts == [checkpointed_activation_bytes(w, 4, "bf16")]
+    fwd = ckpt.busy_s(0, "compute") - plain.busy_s(0, "compute")
+    assert fwd == pytest.approx(sum(e.end_s - e.start_s for e in plain.events
+                                    if e.kind == "forward"))

@@ -1,8 +1,9 @@
 """The planner's extra knobs: torch's precision policy, activation checkpointing, offload.
 
-A strategy takes a knob when its config has the field (FSDPConfig has all three); the
-planner sets it on the config `make_config` built, so strategies need no new code. A knob
-a strategy's config does not have is refused with a ValueError naming it.
+A strategy takes a knob when its config has the field (FSDPConfig has all three,
+DDPConfig activation checkpointing); the planner sets it on the config `make_config`
+built, so strategies need no new code. A knob a strategy's config does not have is refused
+with a ValueError naming it and the strategies that take it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def base_precision(precision: str) -> str:
 def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
                 activation_checkpointing: bool = False, offload: bool = False) -> Any:
     """`config` with the knobs set; ValueError naming a knob its strategy does not take."""
-    from dpsim.strategies.registry import get_strategy
+    from dpsim.strategies.registry import get_strategy, names
 
     kind = get_strategy(strategy, field="strategy").config_type
     require_instance("config", config, kind, f"a {kind.__name__} (the strategy's config)")
@@ -41,10 +42,14 @@ def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
         changes["activation_checkpointing"] = True
     if offload:
         changes["offload"] = True
-    have = {f.name for f in fields(config)}
     for name, value in changes.items():
-        if name not in have:
+        if name not in _fields(kind):
+            takers = [n for n in names() if name in _fields(get_strategy(n).config_type)]
             raise ValueError(f"{name}={value!r} is not simulated for strategy={strategy!r} "
-                             f"({type(config).__name__} has no {name}); allowed: the "
-                             "strategies zero1, zero2 and fsdp take it")
+                             f"({kind.__name__} has no {name}); allowed: the strategies "
+                             f"{', '.join(takers)} take it")
     return replace(config, **changes)
+
+
+def _fields(config_type: type) -> set[str]:
+    return {f.name for f in fields(config_type)}
