@@ -189,3 +189,23 @@ def test_ddp_checkpointing_keeps_the_formula_and_pays_a_forward() -> None:
     fwd = ckpt.busy_s(0, "compute") - plain.busy_s(0, "compute")
     assert fwd == pytest.approx(sum(e.end_s - e.start_s for e in plain.events
                                     if e.kind == "forward"))
+
+
+def test_runtime_entry_points_name_bad_fields() -> None:
+    from dpsim.runtime.checkpointing import BlockStack, measure_checkpointing
+    from dpsim.runtime.clipping import run_clipping
+    from dpsim.runtime.precision_lab import run_precision_lab
+    from dpsim.runtime.tiny_transformer import TinyTransformer
+
+    with raises_naming("dtype"):
+        autocast_step("fp8")
+    with raises_naming("batch"):
+        measure_checkpointing(batch=0)
+    with raises_naming("depth"):
+        BlockStack(depth=0)
+    with raises_naming("n_heads"):
+        TinyTransformer(width=30, n_heads=4)
+    with raises_naming("world_size"):
+        run_precision_lab(1)
+    with raises_naming("global_batch"):
+        run_clipping(2, global_batch=7)
