@@ -6,13 +6,12 @@ What is counted (bytes, by storage, parameters excluded, `measure.saved_tensors`
   loss's tensors) plus the largest block's recomputation, measured as what one plain
   forward of that block on its input saves (the tensors backward rebuilds at a time).
 That sum is what `memory.checkpointed_activation_bytes` predicts from a Workload captured
-with one Layer per block. The extra forward time is timed (median of repeats) and
+with one Layer per block. The extra forward time is timed (fastest of interleaved repeats) and
 simulated (backward + a second forward per block, `compute`).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,14 +82,20 @@ def saved_bytes(model: BlockStack, x: torch.Tensor, y: torch.Tensor) -> tuple[in
     return saved.nbytes, recompute
 
 
-def _step_s(model: BlockStack, x: torch.Tensor, y: torch.Tensor, reps: int) -> float:
-    times = []
-    nn.functional.cross_entropy(model(x), y).backward()  # warm-up, not timed
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        nn.functional.cross_entropy(model(x), y).backward()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def step_times_s(model: BlockStack, x: torch.Tensor, y: torch.Tensor, reps: int
+                 ) -> tuple[float, float]:
+    """(plain, checkpointed) forward + backward seconds: the fastest of `reps`, the two
+    interleaved so that a busy machine slows both alike."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(reps + 1):
+        for ckpt in (False, True):
+            model.checkpointed = ckpt
+            t0 = time.perf_counter()
+            nn.functional.cross_entropy(model(x), y).backward()
+            if rep:  # the first round warms up, untimed
+                times[ckpt].append(time.perf_counter() - t0)
+    model.checkpointed = False
+    return min(times[False]), min(times[True])
 
 
 @dataclass
@@ -103,8 +108,8 @@ class CheckpointResult:
     kept_bytes: int  # measured with checkpointing: block inputs + loss, after forward
     recompute_bytes: int  # measured: the largest block's recomputation
     predicted: int  # memory.checkpointed_activation_bytes
-    plain_step_s: float  # measured, median
-    checkpointed_step_s: float  # measured, median
+    plain_step_s: float  # measured, fastest of reps
+    checkpointed_step_s: float  # measured, fastest of reps
     simulated_ratio: float  # (forward + backward + forward) / (forward + backward), compute
 
     @property
@@ -133,10 +138,9 @@ def measure_checkpointing(batch: int = 32, width: int = 64, hidden: int = 256, d
     x, y = torch.randn(batch, width), torch.randint(0, width, (batch,))
     work = block_workload(model, x)
     plain, _ = saved_bytes(model, x, y)
-    plain_s = _step_s(model, x, y, reps)
+    plain_s, ckpt_s = step_times_s(model, x, y, reps)
     model.checkpointed = True
     kept, recompute = saved_bytes(model, x, y)
-    ckpt_s = _step_s(model, x, y, reps)
     dev = cpu_device()
     f = sum(forward_time_s(lay, batch, dev) for lay in work.layers)
     b = sum(backward_time_s(lay, batch, dev) for lay in work.layers)
