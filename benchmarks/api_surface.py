@@ -45,6 +45,7 @@ SIMULATOR_MODULES = (
     "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
     "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
     "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
+    "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",

@@ -326,9 +326,11 @@ def _collectives() -> tuple[EntryPoint, ...]:
 
 def simulator_entry_points() -> tuple[EntryPoint, ...]:
     """Every entry point of the simulator wing."""
+    from benchmarks.api_table_precision import precision_entry_points
     from benchmarks.api_table_strategies import strategy_entry_points
     from benchmarks.api_table_topology import topology_entry_points
 
     return (_hardware() + _workload() + _trace_entries() + _memory() + _compute() + _gil()
-            + _collectives() + strategy_entry_points() + topology_entry_points())
+            + _collectives() + strategy_entry_points() + topology_entry_points()
+            + precision_entry_points())
 

@@ -128,7 +128,8 @@ def _ddp() -> tuple[EntryPoint, ...]:
             integer("batch_size", 8), real("bucket_cap_mb", 25.0), real("first_bucket_cap_mb", 1.0),
             flag("overlap", True), OPT, choice("dtype", "bf16", DTYPES), ALGO,
             flag("gradient_as_bucket_view", False), flag("mixed_precision", True),
-            flag("first_iteration", False)), then=_then_ddp),
+            flag("first_iteration", False),
+            flag("activation_checkpointing", False)), then=_then_ddp),
         EntryPoint("strategies.ddp.first_bucket_cap_for", ddp.first_bucket_cap_for,
                    (real("bucket_cap_mb", 10.0, optional=True),)),
         EntryPoint("strategies.ddp.first_iteration_buckets", ddp.first_iteration_buckets,
@@ -169,7 +170,7 @@ def _fsdp() -> tuple[EntryPoint, ...]:
             integer("batch_size", 8), STAGE, choice("precision", "mixed", PRECISIONS), OPT,
             flag("reshard_after_forward", True), flag("forward_prefetch", True),
             flag("backward_prefetch", True), flag("activation_checkpointing", False),
-            integer("layers_per_unit", 1), ALGO), then=_then_fsdp),
+            integer("layers_per_unit", 1), ALGO, flag("offload", False)), then=_then_fsdp),
         EntryPoint("strategies.fsdp.communication_bytes_per_step",
                    fsdp.communication_bytes_per_step, (
                        integer("n_params", 10**6), integer("world_size", 8), STAGE,
@@ -194,10 +195,11 @@ def _planner() -> tuple[EntryPoint, ...]:
         EntryPoint("planner.check_batch", p.check_batch,
                    (STRATEGY, integer("n_devices", 8), integer("global_batch", 64))),
         EntryPoint("planner.plan", p.plan, (
-            WL, CL, STRATEGY, integer("n_devices", 8), integer("global_batch", 64), PREC, OPT)),
+            WL, CL, STRATEGY, integer("n_devices", 8), integer("global_batch", 64), PREC, OPT,
+            flag("activation_checkpointing", False), flag("offload", False))),
         EntryPoint("planner.scaling_curve", p.scaling_curve, (
             WL, CL, STRATEGY, integer("batch", 64), choice("mode", "strong", p.MODES), devices,
-            PREC, OPT)),
+            PREC, OPT, flag("activation_checkpointing", False), flag("offload", False))),
         EntryPoint("planner.efficiencies", p.efficiencies, (
             Arg("curve", CURVE, OBJECTS), choice("mode", "strong", p.MODES))),
         EntryPoint("planner.crossover_formula", p.crossover_formula, (

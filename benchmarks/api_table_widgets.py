@@ -95,7 +95,8 @@ def _dp_strategy_zero() -> tuple[EntryPoint, ...]:
         EntryPoint("widgets.strategy_dashboard.cluster_choice", sd.cluster_choice,
                    (choice("name", "h100-node", sd.CLUSTER_CHOICES),)),
         EntryPoint("widgets.strategy_dashboard.StrategyExplorer.render", _render, (
-            *board, integer("n_devices", 8), integer("global_batch", 64), precision),
+            *board, integer("n_devices", 8), integer("global_batch", 64), precision,
+            flag("activation_checkpointing", False), flag("offload", False)),
             errors_as_text="cannot simulate this setting: ", text=True),
         EntryPoint("widgets.strategy_dashboard.StrategyExplorer.curve", _curve, (
             *board, integer("global_batch", 64), precision)),

@@ -3,7 +3,8 @@
 Conventions: fp32 training keeps 4 B/param of parameters and of gradients; Adam keeps
 two fp32 moments (8 B/param) and one fp32 `step` scalar per parameter tensor. Mixed
 precision keeps 16-bit parameters and gradients and an fp32 master copy with the moments:
-2 + 2 + 12 = 16 B/param (the ZeRO paper's K = 12).
+2 + 2 + 12 = 16 B/param (the ZeRO paper's K = 12). That is ZeRO's and Megatron's scheme;
+torch's (autocast, FSDP2 MixedPrecisionPolicy: fp32 states, 4 + 4 + 8) is in `precision`.
 """
 
 from __future__ import annotations

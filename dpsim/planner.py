@@ -29,6 +29,7 @@ from dpsim.strategies.inputs import (
     require_workload,
     shown,
 )
+from dpsim.strategies.knobs import apply_knobs, base_precision
 from dpsim.strategies.registry import get_strategy, names
 from dpsim.validation import require_choice, require_int
 from dpsim.workload import DTYPE_BYTES, Workload
@@ -90,23 +91,27 @@ def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
 
 
 def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
-         global_batch: int, *, precision: str = "mixed", optimizer: str = "adam") -> PlanResult:
+         global_batch: int, *, precision: str = "mixed", optimizer: str = "adam",
+         activation_checkpointing: bool = False, offload: bool = False) -> PlanResult:
     """Simulate one step of `strategy` on `cluster` resized to `n_devices` devices.
 
     The cluster preset gives the device and the links (nodes fill first; beyond one node
     the inter-node link is used). A strategy run by one process (DP) is limited to one node.
+    precision "torch_amp", activation_checkpointing and offload are the knobs of
+    `strategies.knobs` (taken by the strategies whose config has them).
     """
     require_workload(workload)
     require_cluster(cluster)
     b = check_batch(strategy, n_devices, global_batch)
-    require_choice("precision", precision, PLAN_PRECISIONS)
+    base = base_precision(precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
     s = get_strategy(strategy, field="strategy")
     if s.single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
     sized = cluster.with_devices(n_devices)
-    one = step_compute_s(workload, b, sized.device, precision_dtype(precision), optimizer)
-    config = s.make_config(b, global_batch, n_devices, optimizer, precision)
+    one = step_compute_s(workload, b, sized.device, precision_dtype(base), optimizer)
+    config = apply_knobs(s.make_config(b, global_batch, n_devices, optimizer, base), strategy,
+                         precision, activation_checkpointing, offload)
     r = s.step_result(s.simulate(workload, sized, config))
     return PlanResult(strategy, s.label, r.n_devices, global_batch, r.batch_per_device,
                       r.step_s, r.compute_s, r.hidden_comm_s, r.exposed_comm_s, r.other_s,
@@ -115,7 +120,9 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
 
 def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: int, *,
                   mode: str = "strong", n_devices: Sequence[int] = POWERS_OF_TWO,
-                  precision: str = "mixed", optimizer: str = "adam") -> list[PlanResult]:
+                  precision: str = "mixed", optimizer: str = "adam",
+                  activation_checkpointing: bool = False, offload: bool = False
+                  ) -> list[PlanResult]:
     """`plan` at each device count: strong keeps the global batch `batch`, weak keeps
     `batch` per device. Counts that do not split the global batch are skipped."""
     require_workload(workload)
@@ -124,7 +131,7 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
     s = get_strategy(strategy, field="strategy")
     counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
     require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
-    require_choice("precision", precision, PLAN_PRECISIONS)
+    base_precision(precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
     out = []
     for n in counts:
@@ -134,7 +141,8 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
         if mode == "strong" and (global_batch % n or global_batch < n):
             continue
         out.append(plan(workload, cluster, strategy, n, global_batch, precision=precision,
-                        optimizer=optimizer))
+                        optimizer=optimizer, activation_checkpointing=activation_checkpointing,
+                        offload=offload))
     if not out:
         raise ValueError(f"batch={batch} splits over none of n_devices={list(n_devices)}; "
                          "allowed: a batch that is a multiple of some device count")

@@ -51,6 +51,12 @@ CHAPTERS: tuple[Chapter, ...] = (
             "the same, plus claim 17 run for real where NCCL is available (two NCCL ranks "
             "on one GPU, inside a timeout); with 2 GPUs, claim 4's peak memory per GPU", 1,
             "the claims about scale, shown as what the model says (never deciding)"),
+    Chapter(9, "09_precision_and_memory.ipynb",
+            "Precision and memory: mixed precision, checkpointing, clipping, meta init",
+            "autocast bf16; FSDP2 mixed precision, checkpointed blocks, clipping, meta-device "
+            "init, ZeRO-1 and CPU offload (unpinned) on gloo processes",
+            "autocast fp16 with a GradScaler on GPU 0, besides the CPU runs", 1,
+            "torch's and ZeRO's precision schemes per ZeRO stage, checkpointing, offload"),
 )
 
 

@@ -31,7 +31,12 @@ from dataclasses import dataclass
 from dpsim.collectives.cost import ALGORITHMS, collective_time_s, ring_bytes_per_rank_formula
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster, Device, Link
-from dpsim.memory import OPTIMIZERS, model_state_bytes, precision_dtype
+from dpsim.memory import (
+    OPTIMIZERS,
+    checkpointed_activation_bytes,
+    model_state_bytes,
+    precision_dtype,
+)
 from dpsim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
 from dpsim.strategies.ddp_buckets import DEFAULT_BUCKET_CAP_MB as DEFAULT_BUCKET_CAP_MB
 from dpsim.strategies.ddp_buckets import DEFAULT_FIRST_BUCKET_CAP_MB as DEFAULT_FIRST_BUCKET_CAP_MB
@@ -79,6 +84,7 @@ class DDPConfig:
     gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
     mixed_precision: bool = False  # memory: 16-bit working copy + fp32 master and moments
     first_iteration: bool = False  # True: the first step (one bucket of every gradient)
+    activation_checkpointing: bool = False  # keep layer inputs; recompute forward in backward
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
@@ -92,6 +98,7 @@ class DDPConfig:
         require_bool("first_iteration", self.first_iteration)
         if self.mixed_precision and self.dtype == "fp32":
             raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
+        require_bool("activation_checkpointing", self.activation_checkpointing)
 
 
 def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
@@ -197,6 +204,8 @@ def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPCo
         layer = workload.layers[index]
         count, nbytes = per_layer.get(index, (0, 0))
         d = backward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        if cfg.activation_checkpointing:  # the layer's forward runs again first
+            d += forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
         d += count * device.op_overhead_us * 1e-6
         d += 0.0 if cfg.gradient_as_bucket_view else copy_time_s(nbytes, device)
         trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
@@ -212,7 +221,9 @@ def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_byt
     trace.sample(0, 0.0, "optimizer", states.optimizer)
     trace.sample(0, 0.0, "gradients", states.gradients)
     trace.sample(0, 0.0, "buckets", 0 if cfg.gradient_as_bucket_view else bucket_bytes)
-    trace.sample(0, 0.0, "activations", workload.activation_bytes(cfg.batch_size, cfg.dtype))
+    trace.sample(0, 0.0, "activations", checkpointed_activation_bytes(
+        workload, cfg.batch_size, cfg.dtype) if cfg.activation_checkpointing
+        else workload.activation_bytes(cfg.batch_size, cfg.dtype))
 
 
 def buckets_of(trace: Trace) -> list[Bucket]:

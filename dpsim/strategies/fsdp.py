@@ -68,8 +68,8 @@ class _Step:
         self.n = cluster.world_size
         self.link = cluster.link_for(self.n)
         self.units = build_units(workload, cluster, config)
-        self.p_bytes, self.g_bytes, _ = precision_bytes_per_param(config.precision,
-                                                                  config.optimizer)
+        # p/g: gathered parameters and computed gradients; store_*: what stays between steps
+        self.p_bytes, self.g_bytes, self.store_p, self.store_g, self.rs_bytes = _widths(config)
         self.trace = Trace("simulated", meta={
             "strategy": "fsdp", "stage": config.stage, "workload": workload.name,
             "cluster": cluster.name, "world_size": self.n, "batch_size": config.batch_size,
@@ -126,10 +126,12 @@ class _Step:
         n_params = sum(u.n_params for u in units)
         n_tensors = sum(u.n_param_tensors for u in units)
         opt_full = optimizer_state_bytes(n_params, n_tensors, cfg.optimizer,
-                                         cfg.precision == "mixed", cfg.dtype)
-        self.mem(0.0, "parameters",
-                 sum(self.shard(u.n_params * self.p_bytes, cfg.stage == 3) for u in units))
-        self.mem(0.0, "optimizer", self.shard(opt_full, cfg.stage >= 1))
+                                         cfg.precision == "mixed",
+                                         "fp32" if cfg.precision == "torch_amp" else cfg.dtype)
+        on_device = 0 if cfg.offload else 1  # offloaded shards live in host memory
+        self.mem(0.0, "parameters", on_device * sum(
+            self.shard(u.n_params * self.store_p, cfg.stage == 3) for u in units))
+        self.mem(0.0, "optimizer", on_device * self.shard(opt_full, cfg.stage >= 1))
         for category in ("gathered", "gradients", "activations"):
             self.mem(0.0, category, 0)
         kept = self.forward_sharded() if cfg.stage == 3 else self.forward_replicated()
@@ -175,19 +177,21 @@ class _Step:
                                  u.backward_s + (u.forward_s if ckpt else 0.0), u.name)
             if stage3 and cfg.backward_prefetch and i > 0 and (i - 1) not in ready:
                 ready[i - 1] = self.gather(i - 1, start)
-            grad_full = u.n_params * self.g_bytes
+            grad_full = u.n_params * (self.g_bytes if cfg.stage >= 2 else self.store_g)
             self.mem(start, "gradients", grad_full)
             if ckpt:
                 self.mem(start, "activations", u.activation_bytes)
             self.mem(self.t, "activations", -u.activation_bytes - (u.input_bytes if ckpt else 0))
             if stage3:
                 self.mem(self.t, "gathered", -u.n_params * self.p_bytes)
+            sent = u.n_params * self.rs_bytes
             if cfg.stage == 0:
-                self.comm("all_reduce", grad_full, self.t, u.name)
+                self.comm("all_reduce", sent, self.t, u.name)
                 continue
-            _, end = self.comm("reduce_scatter", grad_full, self.t, u.name)
+            _, end = self.comm("reduce_scatter", sent, self.t, u.name)
             if cfg.stage >= 2:  # the full gradient is freed once its shard has arrived
-                self.mem(end, "gradients", self.shard(grad_full, True) - grad_full)
+                kept = 0 if cfg.offload else self.shard(u.n_params * self.store_g, True)
+                self.mem(end, "gradients", kept - grad_full)
         self.mem(self.t, "activations", -int(self.w.loss_bytes * scale))
 
     def optimizer_step(self, n_params: int, n_tensors: int) -> None:
@@ -197,7 +201,7 @@ class _Step:
         self.compute("optimizer", self.comm_free, d, cfg.optimizer)
         if cfg.stage in (1, 2):  # every device's updated slice goes to every device
             for u in self.units:
-                self.comm("all_gather", u.n_params * self.p_bytes, self.t, u.name)
+                self.comm("all_gather", u.n_params * self.store_p, self.t, u.name)
 
     def finish(self, n_params: int) -> Trace:
         tr, cfg = self.trace, self.cfg
@@ -224,6 +228,16 @@ class _Step:
             "samples_per_s": cfg.batch_size * self.n / end if end > 0 else float("inf"),
         })
         return tr
+
+
+def _widths(cfg: FSDPConfig) -> tuple[int, int, int, int, int]:
+    """Bytes per parameter: (gathered parameter, computed gradient, stored parameter,
+    stored gradient, reduced gradient). torch_amp gathers and computes in bf16, keeps fp32
+    and reduce-scatters in fp32; the other precisions keep what they compute in."""
+    if cfg.precision == "torch_amp":
+        return 2, 2, 4, 4, 4
+    p, g, _ = precision_bytes_per_param(cfg.precision, cfg.optimizer)
+    return p, g, p, g, g
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from dpsim.strategies.inputs import MAX_COUNT, MAX_DEVICES
 from dpsim.validation import require_bool, require_choice, require_int
 
 MAX_BYTES_PER_PARAM = 16  # fp64 complex; fp32 is 4, bf16 2
+# torch's mixed precision (FSDP2 MixedPrecisionPolicy(bf16, reduce fp32)): fp32 sharded
+# parameters, gradients and moments; bf16 all-gathers and compute; fp32 reduce-scatter
+FSDP_PRECISIONS = (*PRECISIONS, "torch_amp")
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class FSDPConfig:
 
     batch_size: int = 8  # samples per device per step
     stage: int = 3  # ZeRO stage: 0 replicate, 1 +optimizer sharded, 2 +gradients, 3 +parameters
-    precision: str = "mixed"  # "fp32", "mixed" (bf16 compute, fp32 master) or "bf16"
+    precision: str = "mixed"  # "fp32", "mixed" (bf16 compute, fp32 master), "bf16", "torch_amp"
     optimizer: str = "adam"  # one of memory.OPTIMIZERS
     reshard_after_forward: bool = True  # stage 3: free gathered parameters after forward
     forward_prefetch: bool = True  # all-gather unit i+1 while unit i computes forward
@@ -30,23 +33,24 @@ class FSDPConfig:
     activation_checkpointing: bool = False  # keep unit inputs only; recompute in backward
     layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
     algorithm: str = "ring"  # collective algorithm, see collectives.ALGORITHMS
+    offload: bool = False  # CPUOffloadPolicy: sharded states in host memory (copies not timed)
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
         require_int("stage", self.stage, 0, 3)  # refuses True, which equals 1
         require_choice("stage", self.stage, ZERO_STAGES)
-        require_choice("precision", self.precision, PRECISIONS)
+        require_choice("precision", self.precision, FSDP_PRECISIONS)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
         require_choice("algorithm", self.algorithm, ALGORITHMS)
         for name in ("reshard_after_forward", "forward_prefetch", "backward_prefetch",
-                     "activation_checkpointing"):
+                     "activation_checkpointing", "offload"):
             require_bool(name, getattr(self, name))
 
     @property
     def dtype(self) -> str:
-        """Dtype of compute, of the gathered parameters and of the gradients sent."""
-        return precision_dtype(self.precision)
+        """Dtype of compute, of the gathered parameters and of the gradients computed."""
+        return "bf16" if self.precision == "torch_amp" else precision_dtype(self.precision)
 
 
 def communication_bytes_per_step(n_params: int, world_size: int, stage: int,

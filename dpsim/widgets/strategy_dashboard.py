@@ -9,9 +9,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from dpsim.hardware import CLUSTERS, Cluster, Link, get_cluster
-from dpsim.planner import PLAN_PRECISIONS, POWERS_OF_TWO, PlanResult, plan, scaling_curve
+from dpsim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
+from dpsim.strategies.knobs import KNOB_PRECISIONS
 from dpsim.strategies.registry import get_strategy, names
-from dpsim.validation import require_choice, require_int
+from dpsim.validation import require_bool, require_choice, require_int
 from dpsim.viz.planner import plan_figure
 from dpsim.widgets.dashboard import dashboard
 from dpsim.workload import PRESETS, Workload, get_workload
@@ -21,7 +22,7 @@ MAX_GLOBAL_BATCH = 1 << 24  # the planner's bound on a global batch, samples
 ETHERNET_10G = Link("Ethernet 10 Gb/s", 1.25, 50.0)  # between CPU machines beyond this one
 CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
 GLOBAL_BATCHES = tuple(2**k for k in range(13))  # 1 .. 4096 samples
-PRECISION_CHOICES = ("mixed", "fp32")
+PRECISION_CHOICES = ("mixed", "fp32", "torch_amp")  # torch_amp: chapter 9, FSDP/ZeRO only
 
 
 def cluster_choice(name: str) -> Cluster:
@@ -85,7 +86,8 @@ class StrategyExplorer:
         check_model(model, self.own is not None)
 
     def check_setting(self, model: str, cluster: str, strategy: str, global_batch: int,
-                      precision: str, n_devices: int | None = None) -> None:
+                      precision: str, n_devices: int | None = None,
+                      activation_checkpointing: bool = False, offload: bool = False) -> None:
         """Raise ValueError naming the first argument that is not allowed on its own."""
         self.check_model(model)
         require_choice("cluster", cluster, CLUSTER_CHOICES)
@@ -93,7 +95,9 @@ class StrategyExplorer:
         if n_devices is not None:
             require_int("n_devices", n_devices, 1, max(POWERS_OF_TWO))
         require_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
-        require_choice("precision", precision, PLAN_PRECISIONS)
+        require_choice("precision", precision, KNOB_PRECISIONS)
+        require_bool("activation_checkpointing", activation_checkpointing)
+        require_bool("offload", offload)
 
     def _preset(self, model: str) -> Workload:
         if model not in self._workloads:
@@ -101,29 +105,38 @@ class StrategyExplorer:
         return self._workloads[model]
 
     def curve(self, model: str, cluster: str, strategy: str, global_batch: int,
-              precision: str) -> list[PlanResult]:
+              precision: str, activation_checkpointing: bool = False,
+              offload: bool = False) -> list[PlanResult]:
         """Strong scaling of this global batch (cached: moving N does not recompute it)."""
-        self.check_setting(model, cluster, strategy, global_batch, precision)
-        key = (model, cluster, strategy, global_batch, precision)
+        self.check_setting(model, cluster, strategy, global_batch, precision, None,
+                           activation_checkpointing, offload)
+        key = (model, cluster, strategy, global_batch, precision, activation_checkpointing,
+               offload)
         if key not in self._curves:
-            self._curves[key] = scaling_curve(self.workload(model), cluster_choice(cluster),
-                                              strategy, global_batch, precision=precision)
+            self._curves[key] = scaling_curve(
+                self.workload(model), cluster_choice(cluster), strategy, global_batch,
+                precision=precision, activation_checkpointing=activation_checkpointing,
+                offload=offload)
         return self._curves[key]
 
     def render(self, model: str, cluster: str, strategy: str, n_devices: int,
-               global_batch: int, precision: str) -> list[Any]:
+               global_batch: int, precision: str, activation_checkpointing: bool = False,
+               offload: bool = False) -> list[Any]:
         """[figure, summary line], or the reason this combination of settings cannot run.
 
         An argument that is not allowed on its own (an unknown name, a non-integer) raises
         ValueError; a combination the planner refuses (N beyond the cluster, a global batch
         that does not split over N) is reported as text, as the dashboard shows it.
         """
-        self.check_setting(model, cluster, strategy, global_batch, precision, n_devices)
+        self.check_setting(model, cluster, strategy, global_batch, precision, n_devices,
+                           activation_checkpointing, offload)
         try:
             w = self.workload(model)
             p = plan(w, cluster_choice(cluster), strategy, n_devices, global_batch,
-                     precision=precision)
-            curve = self.curve(model, cluster, strategy, global_batch, precision)
+                     precision=precision, activation_checkpointing=activation_checkpointing,
+                     offload=offload)
+            curve = self.curve(model, cluster, strategy, global_batch, precision,
+                               activation_checkpointing, offload)
         except ValueError as err:
             return [f"cannot simulate this setting: {err}"]
         oom = p.oom_devices
@@ -163,6 +176,8 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
                                          value=global_batch, description="global batch"),
         "precision": widgets.Dropdown(options=list(PRECISION_CHOICES), value="mixed",
                                       description="precision"),
+        "activation_checkpointing": widgets.Checkbox(value=False, description="checkpointing"),
+        "offload": widgets.Checkbox(value=False, description="CPU offload"),
     }
     return dashboard(controls, explorer.render)
 

@@ -1,0 +1,156 @@
+"""Chapter 9 checks: right answers pass, and each typical wrong answer is caught."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from dpsim.course.grading import ExerciseFailed, check, get_exercise, run_check
+
+# --- right answers -----------------------------------------------------------------------
+
+
+def amp_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+             y: torch.Tensor) -> tuple[int, int, int]:
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
+    return 4 * n, 4 * n, 8 * n + 4 * len(params)
+
+
+def amp_step_measured(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                      y: torch.Tensor) -> list[int]:
+    """Another right answer: measure the tensors after the step."""
+    amp_step(model, optimizer, x, y)
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    state = [v for s in optimizer.state.values() for v in s.values()]
+    return [sum(t.numel() * t.element_size() for t in ts) for ts in (params, grads, state)]
+
+
+def clip_manual(params: list[nn.Parameter], max_norm: float) -> float:
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.sqrt(sum((g.pow(2).sum() for g in grads), torch.tensor(0.0)))
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return float(total)
+
+
+def clip_torch(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+    return nn.utils.clip_grad_norm_(params, max_norm)
+
+
+def materialize(model: nn.Module) -> nn.Module:
+    model.to_empty(device="cpu")
+    for m in model.modules():
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return model
+
+
+RIGHT: list[tuple[str, Callable[..., Any]]] = [
+    ("9.1", amp_step), ("9.1", amp_step_measured), ("9.2", clip_manual), ("9.2", clip_torch),
+    ("9.3", materialize),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "fn"), RIGHT)
+def test_right_answers_pass(exercise_id: str, fn: Callable[..., Any],
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    check(exercise_id, fn)
+    n = len(get_exercise(exercise_id).cases())
+    assert capsys.readouterr().out.strip() == f"PASS {exercise_id} ({n}/{n})"
+
+
+# --- wrong answers -----------------------------------------------------------------------
+
+def amp_fp32(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+             y: torch.Tensor) -> tuple[int, int, int]:
+    optimizer.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    n = sum(p.numel() for p in model.parameters())
+    return 4 * n, 4 * n, 8 * n + 4 * len(list(model.parameters()))
+
+
+def amp_zero_scheme(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                    y: torch.Tensor) -> tuple[int, int, int]:
+    p, _g, o = amp_step(model, optimizer, x, y)
+    n = p // 4
+    return 2 * n, 2 * n, 12 * n + (o - 8 * n)
+
+
+def amp_no_step_scalar(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                       y: torch.Tensor) -> tuple[int, int, int]:
+    p, g, _o = amp_step(model, optimizer, x, y)
+    return p, g, 2 * p
+
+
+def clip_each(params: list[nn.Parameter], max_norm: float) -> float:
+    norms = [clip_torch([p], max_norm) for p in params]
+    return float(norms[0])
+
+
+def clip_nothing(params: list[nn.Parameter], max_norm: float) -> float:
+    grads = [p.grad for p in params if p.grad is not None]
+    total = torch.sqrt(sum((g.pow(2).sum() for g in grads), torch.tensor(0.0)))
+    return float(total.full_tensor() if hasattr(total, "full_tensor") else total)
+
+
+def materialize_empty_only(model: nn.Module) -> nn.Module:
+    return model.to_empty(device="cpu")
+
+
+def materialize_nothing(model: nn.Module) -> nn.Module:
+    return model
+
+
+def stub(*args: Any) -> Any:
+    raise NotImplementedError("write your code here")
+
+
+WRONG: list[tuple[str, Callable[..., Any], str]] = [
+    ("9.1", amp_fp32, "torch.autocast"),
+    ("9.1", amp_zero_scheme, "ZeRO's scheme"),
+    ("9.1", amp_no_step_scalar, "`step`"),
+    ("9.2", clip_each, "its own norm"),
+    ("9.2", clip_nothing, "unchanged"),
+    ("9.3", materialize_empty_only, ""),
+    ("9.3", materialize_nothing, "to_empty"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "fn", "hint"), WRONG)
+def test_wrong_answers_are_caught(exercise_id: str, fn: Callable[..., Any], hint: str) -> None:
+    result = run_check(exercise_id, fn)
+    assert not result.ok
+    assert result.message is not None
+    assert hint in result.message
+    with pytest.raises(ExerciseFailed):
+        check(exercise_id, fn)
+
+
+@pytest.mark.parametrize("exercise_id", ["9.1", "9.2", "9.3"])
+def test_stub_says_not_done(exercise_id: str) -> None:
+    result = run_check(exercise_id, stub)
+    assert result.message is not None
+    assert "not done yet" in result.message
+
+
+def test_clipping_cases_leave_no_process_group() -> None:
+    import torch.distributed as dist
+
+    run_check("9.2", clip_torch)
+    assert not dist.is_initialized()
