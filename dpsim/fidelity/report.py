@@ -20,6 +20,7 @@ from dpsim.collectives.link_constants import (
 )
 from dpsim.collectives.link_constants import FIT as FIT_SOURCE
 from dpsim.fidelity import collectives, ddp, memory
+from dpsim.fidelity.goals import goals
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
          "ddp_worst": 0.15}
@@ -206,6 +207,8 @@ def main(root: str = ".", write: bool = True) -> int:
     print(f"collectives held out: median {coll['value']['median']:.1%}, worst "
           f"{coll['value']['worst']:.1%}; memory worst {mem['value']['worst']:.2%}; DDP worst "
           f"{dd['value']['worst']:.1%}")
+    results["goals"] = goals(results)
+    results["goal_met"] = all(g["goal_met"] for g in results["goals"])
     if write:
         base = Path(root)
         (base / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)

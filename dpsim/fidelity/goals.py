@@ -1,0 +1,44 @@
+"""The validation's goals in the shape every benchmarks/results file uses.
+
+One dict per goal: {goal, value, unit, target, better, decided_by, goal_met, median,
+worst: {value, config}}; `value` is the number the goal is judged on (the median for a
+goal about the median, the worst point for a goal about every point).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COLLECTIVES_MEDIAN, COLLECTIVES_EVERY = 0.15, 0.30  # held-out relative error
+MEMORY_EVERY = 0.01
+DDP_EVERY = 0.15
+
+
+def _goal(text: str, value: float, target: float, decided_by: str, median: float,
+          worst: float, config: dict[str, Any]) -> dict[str, Any]:
+    return {"goal": text, "value": value, "unit": "fraction", "target": target,
+            "better": "lower", "decided_by": decided_by, "goal_met": bool(value <= target),
+            "median": median, "worst": {"value": worst, "config": config}}
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals of `results` (what `fidelity.report.run` returns, or its JSON file)."""
+    fam = results["families"]
+    coll = fam["nccl_tests_all_reduce_time"]
+    mem = fam["deepspeed_memory_estimator"]
+    ddp = fam["pytorch_ddp_benchmark"]
+    where = {k: coll["worst_case"][k] for k in ("run", "nbytes", "algorithm")}
+    return [
+        _goal("nccl-tests all-reduce time: held-out median error <= 15 %",
+              coll["value"]["median"], COLLECTIVES_MEDIAN, "median", coll["value"]["median"],
+              coll["value"]["worst"], where),
+        _goal("nccl-tests all-reduce time: every held-out point within 30 %",
+              coll["value"]["worst"], COLLECTIVES_EVERY, "worst", coll["value"]["median"],
+              coll["value"]["worst"], where),
+        _goal("DeepSpeed memory estimator: every point within 1 %", mem["value"]["worst"],
+              MEMORY_EVERY, "worst", mem["value"]["median"], mem["value"]["worst"],
+              {"id": mem["worst_case"]["id"]}),
+        _goal("PyTorch DDP benchmark: step time and scaling within 15 % at every point",
+              ddp["value"]["worst"], DDP_EVERY, "worst", ddp["value"]["median"],
+              ddp["value"]["worst"], {"n_gpus": ddp["worst_case"]["n_gpus"]}),
+    ]
