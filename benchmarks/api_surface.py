@@ -42,7 +42,8 @@ SIMULATOR_MODULES = (
     "dpsim.collectives.schedule", "dpsim.collectives.fit", "dpsim.collectives.series",
     "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
     "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
-    "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
+    "dpsim.strategies.fsdp_units", "dpsim.strategies.hsdp", "dpsim.strategies.registry",
+    "dpsim.planner",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -72,6 +73,8 @@ SKIPPED: dict[str, str] = {
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,
+    "dpsim.strategies.hsdp.HSDPStrategy": _STRATEGY,
+    "dpsim.strategies.hsdp.HSDPTraffic": _RESULT,
     "dpsim.gil_limits.simulation_steps": "the cost estimate simulate and schedule check "
                                          "first; fuzzed through them",
     "dpsim.gil_limits.check_steps": "the cost check simulate and schedule run first; fuzzed "
