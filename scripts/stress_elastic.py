@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             failures.append({"index": i, "reason": reason,
                              "output": {n: r.output[-3000:] for n, r in runs.items()}})
         print(f"round {i + 1}/{args.runs} ({seconds[-1]} s): {reason or 'ok'}", flush=True)
+        if reason:
+            for name, run in runs.items():
+                print(f"--- {name}: exit code {run.exit_code}\n{run.output[-3000:]}", flush=True)
     passed = args.runs - len(failures)
     result = {
         "benchmark": "elastic_stress",

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     try:
-        exit_code = main()
+        exit_code = main() or 0
     except Exception:  # @record wrote the error file; print the traceback as Python would
         traceback.print_exc()
         exit_code = 1

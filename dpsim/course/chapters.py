@@ -47,6 +47,10 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(8, "08_myths_lab.ipynb", "Myths lab: popular claims tested",
             "the measurable claims, on CPU processes and threads", "the GPU claims", 2,
             "the claims about scale"),
+    Chapter(10, "10_checkpoints_and_failures.ipynb", "Checkpoints, resharding and failures",
+            "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
+            "rank killed under torchrun and restarted, a hung collective, Join (gloo)",
+            "the same over NCCL", 4, "HSDP traffic per mesh dimension (full, hybrid, none)"),
 )
 
 

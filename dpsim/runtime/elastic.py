@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from dpsim.runtime.launch import free_port
 from dpsim.runtime.torchrun import start_torchrun
 from dpsim.validation import require_int, require_range
 
@@ -68,10 +67,10 @@ class ElasticRun:
 
 
 def _args(s: Scenario, workdir: Path) -> tuple[list[str], list[str]]:
-    torchrun = ["--nnodes=1", "--nproc_per_node=2", f"--max-restarts={s.max_restarts}",
-                "--monitor-interval=0.2", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--log-dir={workdir / 'logs'}",
-                "--redirects=0"]
+    # --standalone: the rendezvous store binds port 0 (the OS picks a free one), so jobs
+    # started at once never race for a port
+    torchrun = ["--standalone", "--nproc_per_node=2", f"--max-restarts={s.max_restarts}",
+                "--monitor-interval=0.2", f"--log-dir={workdir / 'logs'}"]
     script = ["--workdir", str(workdir), "--steps", str(s.steps), "--ckpt-every",
               str(s.ckpt_every), "--kill-at", str(s.kill_at), "--raise-at", str(s.raise_at)]
     return torchrun, script
