@@ -24,6 +24,7 @@ import os
 import signal
 import time
 import traceback
+from datetime import timedelta
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -59,13 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     from dpsim.runtime.models import mlp
 
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    dist.init_process_group("gloo")
+    # a join or a collective that waits longer than this raises, so a stuck worker fails
+    # (and torchrun restarts the job) instead of hanging it
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     rank = dist.get_rank()
     model = mlp(in_features=8, hidden=16, depth=1, n_classes=3, seed=0)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     path = os.path.join(args.workdir, "ckpt.pt")
     start = 0
-    log(args.workdir, rank=rank, attempt=attempt, step=0, event="start")
+    log(args.workdir, rank=rank, attempt=attempt, step=0, event="start", pid=os.getpid())
     if os.path.exists(path):
         state = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])

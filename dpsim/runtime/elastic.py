@@ -76,19 +76,40 @@ def _args(s: Scenario, workdir: Path) -> tuple[list[str], list[str]]:
     return torchrun, script
 
 
+def _kill_workers(events: list[dict[str, Any]]) -> None:
+    """SIGKILL every worker the job logged that still runs this script (torchrun starts
+    workers in sessions of their own, so killing torchrun's group does not reach them)."""
+    for pid in {int(e["pid"]) for e in events if "pid" in e}:
+        with contextlib.suppress(OSError):
+            if SCRIPT.name in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _read_events(workdir: Path) -> list[dict[str, Any]]:
+    path = workdir / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def _collect(s: Scenario, workdir: Path, proc: subprocess.Popen[str], started: float,
              deadline: float) -> ElasticRun:
     try:
         text, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        text = "[killed: timeout]"
+    except subprocess.TimeoutExpired:  # torchrun stops its workers on SIGTERM; then kill all
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            text, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            text = ""
+        text += "\n[killed: timeout]"
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    events = _read_events(workdir)
+    _kill_workers(events)
     if proc.returncode is None:
-        proc.communicate(timeout=10)
-    events_path = workdir / "events.jsonl"
-    events = [json.loads(line) for line in events_path.read_text().splitlines()
-              ] if events_path.exists() else []
+        if proc.stdout is not None:
+            proc.stdout.close()
+        proc.wait(timeout=10)
     final = workdir / "final.pt"
     params = torch.load(final, weights_only=True) if final.exists() else None
     errors = [json.loads(p.read_text()) for p in (workdir / "logs").rglob("error.json")]
