@@ -25,6 +25,12 @@ from dpsim.runtime.torchrun import start_torchrun
 from dpsim.validation import require_int, require_range
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_elastic.py"
+# torchrun's agent shares its rendezvous TCPStore with the workers' init_process_group by
+# default; the store outlives a restart, so a restarted worker can read the address its dead
+# peer published in the previous attempt and fail to connect (gloo: connectFullMesh
+# "Connection refused"; pytorch/pytorch#135712, seen here in 2 of 5 restarts on a loaded
+# machine). Opting out gives every attempt a fresh store, hosted by its rank 0.
+ELASTIC_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ def run_elastic(workdir: str, scenarios: tuple[Scenario, ...], timeout_s: float 
         d = root / s.name
         d.mkdir()
         torchrun, script = _args(s, d)
-        procs[s.name] = (s, d, start_torchrun(torchrun, SCRIPT, script))
+        procs[s.name] = (s, d, start_torchrun(torchrun, SCRIPT, script, ELASTIC_ENV))
     deadline = started + timeout_s
     return {name: _collect(s, d, p, started, deadline) for name, (s, d, p) in procs.items()}
 
