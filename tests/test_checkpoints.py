@@ -19,7 +19,7 @@ from dpsim.runtime.dcp_reshard import MODEL, predicted_write_bytes, run_reshard
 from dpsim.runtime.fsdp_train import build_model, param_shapes
 from dpsim.runtime.hsdp_train import predicted_collective_bytes, run_hsdp
 from dpsim.runtime.join_syncbn import run_join_syncbn
-from tests.bad_input import raises_naming
+from tests.bad_input import raises_naming, wrong
 
 
 def test_predicted_write_bytes_adds_adam_states_and_step_counters_on_rank_0() -> None:
@@ -49,6 +49,7 @@ def test_predicted_collective_bytes_pad_to_the_shard_size() -> None:
     (lambda d: run_hsdp(world_size=4, replicate=3), "replicate"),
     (lambda d: run_hsdp(global_batch=6), "global_batch"),
     (lambda d: run_checkpoint_ddp(d, epochs=1), "epochs"),
+    (lambda d: run_checkpoint_ddp(d, barriers=wrong((1,))), "barriers"),
     (lambda d: run_checkpoint_ddp(os.path.join(d, "missing")), "ckpt_dir"),
     (lambda d: run_hung_collective(timeout_s=0.0), "timeout_s"),
     (lambda d: run_join_syncbn(batches=(3,)), "len(batches)"),

@@ -66,20 +66,29 @@ def ckpt_rank(rank: int, world_size: int, path: str, epochs: int, barrier: bool
             "checksum": float(sum(p.detach().double().sum() for p in model.parameters()))}
 
 
+def ckpt_modes(rank: int, world_size: int, ckpt_dir: str, epochs: int,
+               barriers: tuple[bool, ...]) -> dict[bool, dict[str, Any]]:
+    """Worker: `ckpt_rank` once per mode, each with its own file, in one launch."""
+    return {b: ckpt_rank(rank, world_size, os.path.join(ckpt_dir, f"ddp_barrier{int(b)}.pt"),
+                         epochs, b) for b in barriers}
+
+
 def run_checkpoint_ddp(ckpt_dir: str, *, world_size: int = 2, epochs: int = 3,
-                       barrier: bool = True, timeout_s: float = 60.0) -> dict[str, list[Any]]:
-    """"read": per rank, the epoch found in the checkpoint it read after each epoch (right:
-    [0, 1, ..., epochs - 1] on every rank); "checksum": per rank, the sum of its parameters
-    at the end (right: equal on every rank)."""
+                       barriers: tuple[bool, ...] = (True, False), timeout_s: float = 60.0
+                       ) -> dict[bool, dict[str, list[Any]]]:
+    """Per mode (barrier or not): "read", per rank, the epoch found in the checkpoint it read
+    after each epoch (right: [0, 1, ..., epochs - 1] on every rank); "checksum", per rank,
+    the sum of its parameters at the end (right: equal on every rank)."""
     from dpsim.runtime.launch import launch
 
     require_int("world_size", world_size, 2, 8)
     require_int("epochs", epochs, 2, 100)
-    require_bool("barrier", barrier)
+    for b in barriers:
+        require_bool("barriers", b)
     if not os.path.isdir(ckpt_dir):
         raise ValueError(f"ckpt_dir={ckpt_dir!r} is not a directory; allowed: an existing "
                          "writable directory (e.g. tempfile.mkdtemp())")
-    path = os.path.join(ckpt_dir, f"ddp_barrier{int(barrier)}.pt")
-    ranks = launch(ckpt_rank, world_size, args=(path, epochs, barrier), backend="gloo",
-                   timeout_s=timeout_s)
-    return {"read": [r["read"] for r in ranks], "checksum": [r["checksum"] for r in ranks]}
+    ranks = launch(ckpt_modes, world_size, args=(ckpt_dir, epochs, tuple(barriers)),
+                   backend="gloo", timeout_s=timeout_s)
+    return {b: {"read": [r[b]["read"] for r in ranks],
+                "checksum": [r[b]["checksum"] for r in ranks]} for b in barriers}

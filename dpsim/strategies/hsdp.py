@@ -14,7 +14,8 @@ Per device and step, on a ring (M = model bytes in the communication dtype):
 full 3(W-1)/W M; hybrid 3(F-1)/F M + 2(R-1)/R M/F; none 2(W-1)/W M
 (`hsdp_traffic`). The strategies and F follow the paper; the byte counts are the ring costs
 (`collectives.cost`) of the collectives it names, not numbers quoted from it. (The section
-number is cited from the published paper; its text could not be fetched here to re-check.) The simulation is FSDP's unit-by-unit step (`fsdp._Step`) over one
+number is cited from the published paper; its text could not be fetched here to re-check.)
+The simulation is FSDP's unit-by-unit step (`fsdp._Step`) over one
 shard group, with a second comm stream ("replicate") for the all-reduces, which cross the
 slowest link of the whole cluster; the optimizer waits for both streams.
 """
