@@ -110,5 +110,9 @@ if __name__ == "__main__":
         exit_code = main() or 0
     except Exception:  # @record wrote the error file; print the traceback as Python would
         traceback.print_exc()
+        # torchrun names as root cause the error file with the earliest timestamp, in whole
+        # seconds, and rank 0 on a tie; the peers fail as soon as this process exits, so stay
+        # a little longer: their error files then carry a later second than this one
+        time.sleep(1.5)
         exit_code = 1
     exit_without_teardown(exit_code)
