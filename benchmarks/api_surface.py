@@ -46,6 +46,7 @@ SIMULATOR_MODULES = (
     "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
     "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
     "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
+    "dpsim.strategies.hsdp",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -87,6 +88,8 @@ SKIPPED: dict[str, str] = {
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,
+    "dpsim.strategies.hsdp.HSDPStrategy": _STRATEGY,
+    "dpsim.strategies.hsdp.HSDPTraffic": _RESULT,
     "dpsim.gil_limits.simulation_steps": "the cost estimate simulate and schedule check "
                                          "first; fuzzed through them",
     "dpsim.gil_limits.check_steps": "the cost check simulate and schedule run first; fuzzed "

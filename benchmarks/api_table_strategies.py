@@ -40,7 +40,17 @@ from benchmarks.api_table import (
 from dpsim import planner
 from dpsim.collectives.cost import ALGORITHMS
 from dpsim.memory import PRECISIONS, ZERO_STAGES
-from dpsim.strategies import base, ddp, dp, dp_closed_form, fsdp, fsdp_units, registry, single
+from dpsim.strategies import (
+    base,
+    ddp,
+    dp,
+    dp_closed_form,
+    fsdp,
+    fsdp_units,
+    hsdp,
+    registry,
+    single,
+)
 from dpsim.workload import PRESETS
 
 ALGO = choice("algorithm", "ring", ALGORITHMS)
@@ -64,6 +74,34 @@ def _then_ddp(cfg: ddp.DDPConfig) -> Any:
 def _then_fsdp(cfg: fsdp.FSDPConfig) -> Any:
     t = fsdp.simulate(TINY, NODE, cfg)
     return fsdp.step_result(t), fsdp.summary(t)
+
+
+def _then_hsdp(cfg: hsdp.HSDPConfig) -> Any:
+    t = hsdp.simulate(TINY, NODE, cfg)
+    return hsdp.step_result(t), hsdp.traffic_of(t)
+
+
+HSDP_TRACE = hsdp.simulate(TINY, NODE, hsdp.HSDPConfig(8, shard_size=4))
+
+
+def _hsdp() -> tuple[EntryPoint, ...]:
+    return (
+        EntryPoint("strategies.hsdp.HSDPConfig", hsdp.HSDPConfig, (
+            integer("batch_size", 8), integer("shard_size", 4),
+            choice("precision", "mixed", PRECISIONS), OPT, flag("reshard_after_forward", True),
+            integer("layers_per_unit", 1), ALGO), then=_then_hsdp),
+        EntryPoint("strategies.hsdp.hsdp_traffic", hsdp.hsdp_traffic, (
+            integer("n_params", 10**6), integer("world_size", 8), integer("shard_size", 4),
+            integer("bytes_per_param", 2), flag("reshard_after_forward", True))),
+        EntryPoint("strategies.hsdp.require_shard_size", hsdp.require_shard_size, (
+            integer("shard_size", 4), integer("world_size", 8))),
+        EntryPoint("strategies.hsdp.simulate", hsdp.simulate,
+                   (WL, CL, obj("config", hsdp.HSDPConfig(8, shard_size=4)))),
+        EntryPoint("strategies.hsdp.step_result", hsdp.step_result,
+                   (trace_arg("trace", HSDP_TRACE),)),
+        EntryPoint("strategies.hsdp.traffic_of", hsdp.traffic_of,
+                   (trace_arg("trace", HSDP_TRACE),)),
+    )
 
 
 def _base_single() -> tuple[EntryPoint, ...]:
@@ -220,4 +258,4 @@ def _planner() -> tuple[EntryPoint, ...]:
 
 def strategy_entry_points() -> tuple[EntryPoint, ...]:
     """The strategies, the registry and the planner."""
-    return _base_single() + _dp() + _ddp() + _fsdp() + _planner()
+    return _base_single() + _dp() + _ddp() + _fsdp() + _hsdp() + _planner()

@@ -17,7 +17,7 @@ from dpsim.trace import Event, Trace
 from dpsim.workload import Workload, get_workload
 
 CLUSTER = CLUSTERS["h100-ib-128"]
-ORDER = ("single", "dp", "ddp", "zero1", "zero2", "fsdp")
+ORDER = ("single", "dp", "ddp", "zero1", "zero2", "fsdp", "hsdp")
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +42,10 @@ def test_the_registry_lists_the_strategies_in_order() -> None:
     assert names() == ORDER
     assert [get_strategy(n).label for n in ORDER] == [
         "single device", "DataParallel", "DDP", "ZeRO-1 (optimizer state sharded)",
-        "ZeRO-2 (gradients sharded too)", "FSDP / ZeRO-3"]
+        "ZeRO-2 (gradients sharded too)", "FSDP / ZeRO-3",
+        "HSDP (shard in a node, replicate across)"]
     with pytest.raises(ValueError, match=r"^name='tp' is not known; allowed: 'single', "
-                                         r"'dp', 'ddp', 'zero1', 'zero2', 'fsdp'$"):
+                                         r"'dp', 'ddp', 'zero1', 'zero2', 'fsdp', 'hsdp'$"):
         get_strategy("tp")
 
 

@@ -57,6 +57,10 @@ CHAPTERS: tuple[Chapter, ...] = (
             "init, ZeRO-1 and CPU offload (unpinned) on gloo processes",
             "autocast fp16 with a GradScaler on GPU 0, besides the CPU runs", 1,
             "torch's and ZeRO's precision schemes per ZeRO stage, checkpointing, offload"),
+    Chapter(10, "10_checkpoints_and_failures.ipynb", "Checkpoints, resharding and failures",
+            "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
+            "rank killed under torchrun and restarted, a hung collective, Join (gloo)",
+            "the same over NCCL", 4, "HSDP traffic per mesh dimension (full, hybrid, none)"),
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dpsim.runtime.launch.ports import _loopback_ifname
@@ -32,10 +32,13 @@ def loopback_env(pythonpath: Path) -> dict[str, str]:
 
 
 def start_torchrun(torchrun_args: Sequence[str], script: Path,
-                   script_args: Sequence[str] = ()) -> subprocess.Popen[str]:
+                   script_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None
+                   ) -> subprocess.Popen[str]:
     """`torchrun <torchrun_args> <script> <script_args>` in its own session, run from the
-    script's repository (its parent's parent), stdout and stderr together as text."""
+    script's repository (its parent's parent), stdout and stderr together as text;
+    `extra_env` is added to the loopback environment."""
     root = script.resolve().parents[1]
+    env = loopback_env(root) | dict(extra_env or {})
     return subprocess.Popen([*torchrun_command(), *torchrun_args, str(script), *script_args],
-                            cwd=root, env=loopback_env(root), stdout=subprocess.PIPE,
+                            cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -1,6 +1,7 @@
 """The strategies the planner, the figures and the dashboards know, by name, in order.
 
-"single", "dp", "ddp", then FSDP at ZeRO stages 1, 2 and 3 ("zero1", "zero2", "fsdp").
+"single", "dp", "ddp", then FSDP at ZeRO stages 1, 2 and 3 ("zero1", "zero2", "fsdp"), then
+HSDP ("hsdp": FSDP within a node, replicas across nodes).
 A new strategy is one module implementing `strategies.base.Strategy` plus one `register`
 call (here for a permanent one, in a test or a notebook for an experiment).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpsim.strategies import ddp, dp, fsdp, single
+from dpsim.strategies import ddp, dp, fsdp, hsdp, single
 from dpsim.strategies.base import Placement, Strategy
 from dpsim.strategies.inputs import MAX_DEVICES, require_instance
 from dpsim.validation import require_bool, require_choice, require_int
@@ -62,5 +63,5 @@ def names() -> tuple[str, ...]:
 
 
 for _strategy in (single.STRATEGY, dp.STRATEGY, ddp.STRATEGY, fsdp.ZERO1, fsdp.ZERO2,
-                  fsdp.ZERO3):
+                  fsdp.ZERO3, hsdp.STRATEGY):
     register(_strategy)
