@@ -110,9 +110,17 @@ def _stress(r: dict[str, Any]) -> list[dict[str, Any]]:
                  {"setup": setup, "run_seconds_max": r.get("run_seconds_max")})]
 
 
+def _elastic(r: dict[str, Any]) -> list[dict[str, Any]]:
+    runs, passed = r["runs"], r["passed"]
+    worst = r.get("worst_case") or {}
+    return [goal(r["goal"], passed, runs, "rounds passed", "higher", "worst", passed, passed,
+                 {"round": worst.get("index"), "round_seconds_max": r.get("round_seconds_max")})]
+
+
 GOALS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "collectives": _collectives, "ddp": _ddp, "fuzz_api": _fuzz, "launch": _launch,
     "planner": _planner, "torchrun_stress": _stress, "validation": fidelity_goals,
+    "elastic_stress": _elastic,
 }
 
 
