@@ -69,7 +69,7 @@ def members(sid: int, token: str | None = None, keep: frozenset[int] = frozenset
     return _members_psutil(sid, token, skip)
 
 
-def _members_psutil(sid: int, token: str | None, skip: set[int]) -> list[int]:
+def _members_psutil(sid: int, token: str | None, skip: frozenset[int]) -> list[int]:
     try:
         import psutil
     except ImportError:

@@ -32,6 +32,10 @@ def _tripwire(name: str, tripped: list[str]) -> Callable[..., Any]:
     return tripwire
 
 
+def _restorer(owner: Any, attr: str, value: Any) -> Callable[[], None]:
+    return lambda: setattr(owner, attr, value)
+
+
 @contextlib.contextmanager
 def tripwires(forbidden: list[str] | tuple[str, ...]) -> Iterator[list[str]]:
     """Replace each dotted name (module attribute) by a tripwire; restore them on exit.
@@ -48,12 +52,12 @@ def tripwires(forbidden: list[str] | tuple[str, ...]) -> Iterator[list[str]]:
             original = getattr(module, attr)
             wire = _tripwire(name, tripped)
             setattr(module, attr, wire)
-            undo.append(lambda m=module, a=attr, o=original: setattr(m, a, o))
+            undo.append(_restorer(module, attr, original))
             code = getattr(original, "__code__", None)
             if code is not None and not code.co_freevars:
                 stub = _coded_tripwire(name)
                 original.__code__ = stub
-                undo.append(lambda o=original, c=code: setattr(o, "__code__", c))
+                undo.append(_restorer(original, "__code__", code))
         yield tripped
     finally:
         for step in reversed(undo):
