@@ -170,16 +170,15 @@ def classify(ranks: list[dict[str, dict[str, list[float]]]]) -> str:
 def _dry_run(fn: Callable[..., Any], pretend: bool = False) -> dict[str, str] | None:
     """Call `fn` here, without a process group; a verdict if it never tried to communicate.
 
-    First on a model without gradients (frozen parameters: p.grad is None), then on one
-    with gradients. A function that all-reduces stops at its first collective ("Default
+    First on a model whose first Linear is frozen (its p.grad is None), then on one with
+    every gradient. A function that all-reduces stops at its first collective ("Default
     process group has not been initialized"): the sign to launch real ranks. With
     `pretend`, `dist.is_initialized()` answers True meanwhile, so a function guarded by
     it goes on to its first collective too.
     """
     for frozen in (True, False):
-        model = _case_model(4, 0, frozen=False).requires_grad_(not frozen)
-        if not frozen:
-            nn.functional.cross_entropy(model(torch.randn(2, 6)), torch.tensor([0, 1])).backward()
+        model = _case_model(4, 0, frozen=frozen)
+        nn.functional.cross_entropy(model(torch.randn(2, 6)), torch.tensor([0, 1])).backward()
         before = _grads(model)
         real = dist.is_initialized
         if pretend:
