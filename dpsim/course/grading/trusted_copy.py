@@ -62,6 +62,8 @@ class TrustedCopy:
         self.manifest = read_manifest(package_dir)
         self.root = Path(tempfile.mkdtemp(prefix="dpsim-grader-lib-"))
         write_copy(self.manifest, self.root)
+        self._saved: list[tuple[list[str], list[str]]] = []  # package __path__, old value
+        self._bytecode = sys.dont_write_bytecode
 
     def verify(self) -> list[str]:
         """Restore the copy to the manifest; the changes found (empty when untouched)."""
@@ -91,11 +93,16 @@ class TrustedCopy:
         sys.dont_write_bytecode = True
         for name, module in list(sys.modules.items()):
             paths = getattr(module, "__path__", None)
-            if (name == "dpsim" or name.startswith("dpsim.")) and paths is not None:
+            if (name == "dpsim" or name.startswith("dpsim.")) and isinstance(paths, list):
+                self._saved.append((paths, list(paths)))
                 paths[:] = [str(self.root.joinpath(*name.split(".")))]
 
     def close(self) -> None:
-        """Remove the copy."""
+        """Point the packages back where they were and remove the copy."""
+        for paths, old in self._saved:
+            paths[:] = old
+        self._saved.clear()
+        sys.dont_write_bytecode = self._bytecode
         _set_writable(self.root, True)
         shutil.rmtree(self.root, ignore_errors=True)
 
