@@ -117,7 +117,10 @@ class Kernel:
                 return "died", ""
             if kill_at is None and now > deadline:
                 with contextlib.suppress(OSError):
-                    os.killpg(self.pid, signal.SIGINT)
+                    if hasattr(os, "killpg"):
+                        os.killpg(self.pid, signal.SIGINT)
+                    else:
+                        self.km.interrupt_kernel()
                 kill_at = now + self.limits.grace_s
             elif kill_at is not None and now > kill_at and not status:
                 processes.kill_all(self.pid, self.token)
