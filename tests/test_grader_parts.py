@@ -149,3 +149,27 @@ def test_sandbox_judges_plain_answers_only() -> None:
         assert "took longer than 2 s" in slow
         assert "exit code 3" in (run_check("1.3", exits, sandbox=sandbox).message or "")
         assert run_check("1.3", right, sandbox=sandbox).ok  # the server lives on
+
+
+def test_hints_that_used_to_mislead() -> None:
+    """2.1 with N steps per phase, 4.1 with max for min, 2.3 adding in the all-gather."""
+    from dpsim.course.grading.ch02 import explain_ring
+
+    def n_steps(nbytes: int, world_size: int, algorithm: str) -> list[int]:
+        if algorithm == "naive":
+            return [(world_size - 1) * nbytes] + [nbytes] * (world_size - 1)
+        return [2 * world_size * (nbytes // world_size)] * world_size
+
+    message = run_check("2.1", n_steps).message or ""
+    assert "N-1 steps, not N" in message
+    assert "whole tensor" not in message
+
+    def largest(g: float, n: int, c: int) -> float:
+        return max(float(n), float(c), 1 / g if g else 0.0)
+
+    assert "took the largest" in (run_check("4.1", largest).message or "")
+    data = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]),
+            torch.tensor([7.0, 8.0, 9.0])]
+    total = [12.0, 15.0, 18.0]
+    added = [[total[r] if c == r else total[c] + 1.0 for c in range(3)] for r in range(3)]
+    assert "adds the chunks it receives" in (explain_ring(data, added) or "")
