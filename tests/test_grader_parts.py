@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +174,32 @@ def test_hints_that_used_to_mislead() -> None:
     total = [12.0, 15.0, 18.0]
     added = [[total[r] if c == r else total[c] + 1.0 for c in range(3)] for r in range(3)]
     assert "adds the chunks it receives" in (explain_ring(data, added) or "")
+
+
+def test_trusted_copy_restores_itself_and_sees_source_edits(tmp_path: Path) -> None:
+    from dpsim.course.grading.trusted_copy import TrustedCopy
+
+    package = tmp_path / "src" / "dpsim"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "core.py").write_text("def same(a, b):\n    return a == b\n")
+    copy = TrustedCopy(package)
+    try:
+        assert copy.verify() == []
+        grading = copy.root / "dpsim" / "sub"
+        grading.chmod(0o755)
+        (grading / "core.py").chmod(0o644)
+        (grading / "core.py").write_text("def same(a, b):\n    return True\n")
+        (grading / "__pycache__").mkdir()
+        (grading / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"planted")
+        (grading / "extra.pyc").write_bytes(b"sourceless")
+        changes = copy.verify()
+        assert "restored dpsim/sub/core.py" in changes
+        assert "removed dpsim/sub/extra.pyc" in changes
+        assert not (grading / "__pycache__").exists()
+        assert (grading / "core.py").read_text().endswith("return a == b\n")
+        (package / "sub" / "core.py").write_text("changed = True\n")
+        assert copy.source_changes() == ["dpsim/sub/core.py"]
+    finally:
+        copy.close()
+    assert not copy.root.exists()

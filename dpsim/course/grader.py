@@ -158,8 +158,14 @@ class Grader:
         self.close()
 
     def close(self) -> None:
-        """Stop the sandbox server and remove the copy."""
+        """Stop the sandbox server and remove the copy; warn if dpsim's own source changed
+        (this run used the files read at start; a later run would read the changed ones)."""
         self.sandbox.close()
+        changed = self.copy.source_changes()
+        if changed:
+            print(f"grade: WARNING: dpsim's source changed while grading ({', '.join(changed[:5])}"
+                  f"{' ...' if len(changed) > 5 else ''}); these grades used the files read at "
+                  "start; restore the source before grading again")
         self.copy.close()
 
     def _kernel_env(self, lib: Path, token: str) -> dict[str, str]:

@@ -58,8 +58,8 @@ class TrustedCopy:
     """A verified, read-only copy of the dpsim package; `root` goes first on sys.path."""
 
     def __init__(self, package_dir: Path | None = None) -> None:
-        package_dir = package_dir or Path(__file__).resolve().parents[2]
-        self.manifest = read_manifest(package_dir)
+        self.package_dir = package_dir or Path(__file__).resolve().parents[2]
+        self.manifest = read_manifest(self.package_dir)
         self.root = Path(tempfile.mkdtemp(prefix="dpsim-grader-lib-"))
         write_copy(self.manifest, self.root)
         self._saved: list[tuple[list[str], list[str]]] = []  # package __path__, old value
@@ -87,6 +87,12 @@ class TrustedCopy:
         finally:
             _set_writable(self.root, False)
         return changes
+
+    def source_changes(self) -> list[str]:
+        """Files of the original package that differ from what was read at start."""
+        now = read_manifest(self.package_dir)
+        return sorted(rel for rel in now.keys() | self.manifest.keys()
+                      if now.get(rel) != self.manifest.get(rel))
 
     def redirect_package(self) -> None:
         """Point the imported dpsim packages' __path__ at the copy (later imports load it)."""
