@@ -32,7 +32,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     os.environ[grader.SECRET_VARIABLE] = "test-secret"
     try:
         with contextlib.redirect_stdout(out):
-            rc = grader.main([str(p) for p in paths], cell_timeout_s=20.0,
+            rc = grader.main([str(p) for p in paths], cell_timeout_s=15.0,
                              out_dir=str(out_dir), output_format="gradescope")
     finally:
         del os.environ[grader.SECRET_VARIABLE]

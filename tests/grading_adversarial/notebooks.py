@@ -37,7 +37,13 @@ print("PASS 1.1 (3/3)")
 MARKS = {marks!r}
 '''
 
-TRICK_CELLS = [
+TRICK_CELLS = [  # the endless cell comes first: after its kill only HEAD runs again
+    '''\
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+while True:
+    pass
+''',
     '''\
 class AlwaysEqual(int):
     def __eq__(self, other):
@@ -196,7 +202,7 @@ check("4.3", measured_speedup)
 ''',
     '''\
 def rank_indices(n_samples, world_size, rank, shuffle, seed, epoch, drop_last):
-    return list(range(4_000_000)) * 3
+    return list(range(1_000_000, 3_500_000))  # 20 MB of JSON
 check("5.1", rank_indices)
 
 def bucket_sizes(param_nbytes, bucket_cap_mb=25.0, first_bucket_cap_mb=1.0):
@@ -231,12 +237,6 @@ def largest_model(memory_GB, world_size, stage):
         + 12 / (n if stage >= 1 else 1)
     return int(memory_GB * 10**9 / per_param)
 check("6.4", largest_model)
-''',
-    '''\
-import signal
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-while True:
-    pass
 ''',
 ]
 
