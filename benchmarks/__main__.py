@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api", "validation")
+NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api", "validation", "grading")
 
 
 def main(argv: list[str]) -> int:

@@ -23,6 +23,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     grade.add_argument("notebooks", nargs="+")
     grade.add_argument("--csv", default=None, help="write the score table to this CSV file")
     grade.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
+    grade.add_argument("--notebook-timeout", type=float, default=None,
+                       help="seconds per notebook (default: 10 cell timeouts)")
+    grade.add_argument("--memory-gib", type=float, default=8.0,
+                       help="address-space limit of the kernel and the checks (GiB)")
+    grade.add_argument("--out", default=None,
+                       help="folder for grades.csv, feedback/ (one file per notebook) and, "
+                       "with --format gradescope, results.json")
+    grade.add_argument("--format", default="csv", choices=["csv", "gradescope"])
+    grade.add_argument("--student", default=None,
+                       help="student id for every notebook (default: notebook metadata "
+                       "dpsim.student, else folder/file name)")
     nb = sub.add_parser("notebooks", help="execute notebooks and keep only checked outputs")
     nb.add_argument("action", choices=["refresh", "check"])
     nb.add_argument("paths", nargs="*")
@@ -47,7 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "grade":
         from dpsim.course.grader import main as grade_main
 
-        return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout)
+        return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout,
+                          out_dir=args.out, output_format=args.format,
+                          notebook_timeout_s=args.notebook_timeout,
+                          memory_gib=args.memory_gib, student=args.student)
     if args.command == "notebooks":
         from dpsim.course.notebook_outputs import main as notebooks_main
 

@@ -1,8 +1,15 @@
 """What a learner's notebook imports: `from dpsim.grading import check`.
 
-The graded checks live in `dpsim.course.grading`; this module only re-exports `check`.
+The graded checks live in `dpsim.course.grading`; this module re-exports `check` and, in a
+notebook, starts the sandbox that `check()` runs the learner's functions in, so that its
+start-up (importing torch) overlaps the learner's reading instead of the first check.
 """
 
-from dpsim.course.grading.core import check
+from dpsim.course.grading.core import _use_sandbox, check
+
+if _use_sandbox():
+    from dpsim.course.grading.sandbox import shared
+
+    shared().start()
 
 __all__ = ["check"]

@@ -1,41 +1,58 @@
-"""Grade student notebooks without trusting anything they print or patch.
+"""Grade student notebooks without trusting anything they print, patch or leave behind.
 
-For each notebook: run it in a fresh kernel (errors allowed, a per-cell time limit; a cell
-that runs past it is interrupted and grading goes on with what got defined), then have
-the kernel `dill`-pickle the learner's functions into a temporary file, and run the
-grader's own checks on them in a separate process with a time limit. That process is
-forked from a server that has only imported torch and the checks, so no learner code
-has run in it before (see `dpsim.course.grading.clean_process`).
-A notebook's exercises are its chapter's (from a file name like `01_...`) plus every
-`check("N.M", ...)` found in its code. Points are all-or-nothing per exercise.
+Per notebook: a throwaway folder holds a copy of the notebook and its own read-only copy
+of dpsim; a fresh kernel runs the code cells there under time and memory limits
+(`grading.kernel`), then prints the learner's functions as dill bytes (base64 in JSON).
+The kernel's whole session is then killed. This process never unpickles those bytes:
+each exercise's cases are built here, with the student's own seed, and only their inputs
+go with the bytes to a sandbox process (`grading.sandbox`), which sends back plain data
+(`grading.plain`) compared here (`grading.compare`). The sandbox imports dpsim from a
+copy checked against the files read at start before every use (`grading.trusted_copy`:
+why a verified copy rather than trusting file permissions). Results come over pipes.
 
-Limits: the notebook runs with the grader's user rights, so a notebook could tamper with
-files (the grader stops if the files of dpsim.course.grading change), and a learner
-function that attacks the checking process itself is out of scope; grade untrusted work
-in a disposable container.
+A notebook's exercises are its chapter's (file name `NN_...`) plus every
+`check("N.M", name)` in its code; each is tried under its own name and every name passed
+to check() for it, and the best result counts. Points are all-or-nothing per exercise.
+The student id (whose seed picks the cases) is `--student`, else the notebook metadata
+`dpsim.student`, else the notebook's folder and file name (`alice/01_single_device.ipynb`);
+`DPSIM_GRADING_SECRET` in the grader's environment is mixed in and never passed on.
+See README "For instructors" for what is and is not covered.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
+import base64
+import binascii
+import json
+import os
 import re
-import sys
+import secrets
+import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
 from dpsim.course.exercises import CHECK_CALL
-from dpsim.course.grading.clean_process import CheckServer
-from dpsim.course.grading.core import Exercise, all_exercises, chapter_exercises, get_exercise
+from dpsim.course.grading import processes, results
+from dpsim.course.grading.core import (
+    Exercise,
+    GraderError,
+    all_exercises,
+    chapter_exercises,
+    check_blob,
+    get_exercise,
+    student_seed,
+)
+from dpsim.course.grading.kernel import Limits, run_notebook
+from dpsim.course.grading.results import ExerciseGrade, NotebookGrade
+from dpsim.course.grading.sandbox import Sandbox
+from dpsim.course.grading.trusted_copy import TrustedCopy, fresh_copy, remove_tree
 
-NOTEBOOK_CELLS_BUDGET = 10  # a notebook may run for at most this many cell timeouts
-
-# Run first in the student's kernel: check() there would only cost time, since nothing the
-# kernel prints counts; the real checks run later in a clean process.
+SECRET_VARIABLE = "DPSIM_GRADING_SECRET"
+# Run first in the student's kernel: check() there would only cost time.
 PRELUDE_CELL = '''\
 try:
     import dpsim.course.grading as __g, dpsim.course.grading.core as __c
@@ -45,50 +62,20 @@ except Exception:
     pass
 '''
 DUMP_CELL = '''\
-def __dpsim_grader_dump(names, path):
-    import builtins, pickle
+def __dpsim_grader_dump(names, marker):
+    import base64, json
     import dill
     found = {{}}
     for name in names:
         if name in globals():
             try:
-                found[name] = dill.dumps(globals()[name], recurse=True)
+                found[name] = base64.b64encode(dill.dumps(globals()[name], recurse=True)).decode()
             except Exception as exc:
-                found[name] = f"could not be pickled: {{type(exc).__name__}}: {{exc}}"
-    with builtins.open(path, "wb") as f:
-        pickle.dump(found, f)
-__dpsim_grader_dump({names!r}, {path!r})
+                found[name] = {{"error": f"could not be pickled: {{type(exc).__name__}}: {{exc}}"}}
+    print(marker + json.dumps(found), flush=True)
+__dpsim_grader_dump({names!r}, {marker!r})
 del __dpsim_grader_dump
 '''
-
-
-@dataclass(frozen=True)
-class ExerciseGrade:
-    """Points one notebook earned on one exercise, and why."""
-
-    exercise_id: str
-    points: int
-    max_points: int
-    message: str | None = None  # None when passed
-
-
-@dataclass
-class NotebookGrade:
-    """All grades of one notebook, with notes on how its run went."""
-
-    path: str
-    grades: dict[str, ExerciseGrade] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def points(self) -> int:
-        """Points earned."""
-        return sum(g.points for g in self.grades.values())
-
-    @property
-    def max_points(self) -> int:
-        """Points available."""
-        return sum(g.max_points for g in self.grades.values())
 
 
 def notebook_exercises(path: Path, nb: nbformat.NotebookNode) -> list[Exercise]:
@@ -109,109 +96,153 @@ def _code(nb: nbformat.NotebookNode) -> str:
 
 
 def _candidate_names(ex: Exercise, nb: nbformat.NotebookNode) -> list[str]:
-    names = [ex.function]
-    names += [fn for i, fn in CHECK_CALL.findall(_code(nb)) if i == ex.exercise_id]
-    return list(dict.fromkeys(names))
+    """The names a function for `ex` may have: names passed to check() for it, its own."""
+    names = [fn for i, fn in CHECK_CALL.findall(_code(nb)) if i == ex.exercise_id]
+    return list(dict.fromkeys([*names, ex.function]))
 
 
-def _fingerprint(exercises: list[Exercise]) -> str:
-    """Hash of the source files that check these exercises."""
-    root = Path(__file__).resolve().parent
-    files = {root / "grader.py"}
-    files |= {p for p in (root / "grading").glob("*.py") if not re.fullmatch(r"ch\d+\.py", p.name)}
-    files |= {Path(sys.modules[ex.make_cases.__module__].__file__ or "") for ex in exercises}
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def student_id(path: Path, nb: nbformat.NotebookNode, given: str | None = None) -> str:
+    """Whose cases: `given`, the notebook metadata dpsim.student, or folder/file name."""
+    meta = nb.metadata.get("dpsim", {}) if isinstance(nb.metadata, dict) else {}
+    from_meta = meta.get("student") if isinstance(meta, dict) else None
+    if given:
+        return given
+    if isinstance(from_meta, str) and from_meta.strip():
+        return from_meta.strip()
+    resolved = path.resolve()
+    return f"{resolved.parent.name}/{resolved.name}"
 
 
-def run_notebook(path: Path, nb: nbformat.NotebookNode, dump_cell: str,
-                 cell_timeout_s: float, notes: list[str]) -> None:
-    """Execute the notebook's code cells, then `dump_cell`, in one fresh kernel."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    client = NotebookClient(nb, timeout=max(1, round(cell_timeout_s)), kernel_name="python3",
-                            allow_errors=True, interrupt_on_timeout=True, record_timing=False,
-                            resources={"metadata": {"path": str(path.parent.resolve())}})
-    client.reset_execution_trackers()
-    n_cells = len(nb.cells)
-    nb.cells += [nbformat.v4.new_code_cell(dump_cell), nbformat.v4.new_code_cell(PRELUDE_CELL)]
-    budget_s = NOTEBOOK_CELLS_BUDGET * cell_timeout_s
-    started = time.monotonic()
-    with client.setup_kernel():
-        client.execute_cell(nb.cells[n_cells + 1], n_cells + 1)
-        for index, cell in enumerate(nb.cells[:n_cells]):
-            if cell.cell_type != "code":
-                continue
-            if time.monotonic() - started > budget_s:
-                notes.append(f"the notebook ran past {budget_s:g} s; cells from {index} on "
-                             "were skipped")
-                break
-            start = time.monotonic()
-            try:
-                client.execute_cell(cell, index)
-            except DeadKernelError:
-                notes.append(f"the kernel died in cell {index}")
-                return
-            if time.monotonic() - start >= cell_timeout_s:
-                notes.append(f"cell {index} was stopped after {cell_timeout_s:g} s")
-        try:
-            client.execute_cell(nb.cells[n_cells], n_cells)
-        except DeadKernelError:
-            notes.append("the kernel died before the functions could be collected")
-
-
-def grade_notebook(path: Path, cell_timeout_s: float,
-                   server: CheckServer | None = None) -> NotebookGrade:
-    """Execute one notebook and grade its exercises in a clean process (see CheckServer)."""
-    grade = NotebookGrade(str(path))
-    nb = nbformat.read(path, as_version=4)
-    exercises = notebook_exercises(path, nb)
-    if not exercises:
-        grade.notes.append("no exercises found (no NN_ chapter prefix, no check(\"N.M\", ...))")
-        return grade
-    plan = {ex.exercise_id: _candidate_names(ex, nb) for ex in exercises}
-    names = sorted({n for ns in plan.values() for n in ns})
-    before = _fingerprint(exercises)
-    with tempfile.TemporaryDirectory(prefix="dpsim-grade-") as tmp:
-        workdir = Path(tmp)
-        dump_path = workdir / "functions.pkl"
-        run_notebook(path, nb, DUMP_CELL.format(names=names, path=str(dump_path)),
-                     cell_timeout_s, grade.notes)
-        if _fingerprint(exercises) != before:
-            raise RuntimeError(f"{path} changed the grader's files (dpsim/grading) while it "
-                               "ran; grading stopped (restore them before grading again)")
-        if not dump_path.exists():
-            grade.notes.append("the learner's functions could not be collected from the kernel")
-        results_dir = Path(tempfile.mkdtemp(dir=tmp))  # made after the kernel has stopped
-        if server is None:
-            with CheckServer() as own:
-                results, err = own.check(dump_path, plan, results_dir, cell_timeout_s)
-        else:
-            results, err = server.check(dump_path, plan, results_dir, cell_timeout_s)
-    for ex in exercises:
-        row = results.get(ex.exercise_id)
-        if row is None:
-            message = "not checked: the checking process ended early" + (
-                f" ({err.strip().splitlines()[-1]})" if err.strip() else "")
-            grade.grades[ex.exercise_id] = ExerciseGrade(ex.exercise_id, 0, ex.points, message)
+def parse_dump(text: str, marker: str) -> dict[str, bytes | str]:
+    """Name -> dill bytes (or why not) from the dump cell's output; never unpickled here."""
+    found: dict[str, bytes | str] = {}
+    for line in text.splitlines():
+        if not line.startswith(marker):
             continue
-        ok = row.get("message") is None and row["passed"] == row["total"] > 0
-        grade.grades[ex.exercise_id] = ExerciseGrade(
-            ex.exercise_id, ex.points if ok else 0, ex.points, None if ok else row["message"])
-    return grade
+        try:
+            raw = json.loads(line[len(marker):])
+        except ValueError:
+            continue
+        for name, value in raw.items() if isinstance(raw, dict) else ():
+            if isinstance(value, str):
+                try:
+                    found[name] = base64.b64decode(value, validate=True)
+                except (ValueError, binascii.Error):
+                    found[name] = "could not be read back from the kernel"
+            elif isinstance(value, dict) and isinstance(value.get("error"), str):
+                found[name] = value["error"][:1000]
+    return found
 
 
-def score_table(grades: list[NotebookGrade]) -> list[list[str]]:
-    """Rows of [notebook, points per exercise..., total, max]; the first row is the header."""
-    ids = sorted({i for g in grades for i in g.grades}, key=lambda i: tuple(map(int, i.split("."))))
-    rows = [["notebook", *ids, "total", "max"]]
-    for g in grades:
-        cells = [str(g.grades[i].points) if i in g.grades else "" for i in ids]
-        rows.append([g.path, *cells, str(g.points), str(g.max_points)])
-    return rows
+class Grader:
+    """One grading run: a verified copy of dpsim, a sandbox server, limits, the secret."""
+
+    def __init__(self, limits: Limits | None = None, check_timeout_s: float = 120.0,
+                 student: str | None = None) -> None:
+        self.limits = limits or Limits()
+        self.check_timeout_s = check_timeout_s
+        self.student = student
+        self.secret = os.environ.get(SECRET_VARIABLE, "")
+        all_exercises()  # import every chapter module before any notebook runs
+        self.copy = TrustedCopy()
+        self.copy.redirect_package()
+        self.env = {k: v for k, v in os.environ.items() if k != SECRET_VARIABLE}
+        self.sandbox = Sandbox(lib=self.copy.root, memory_bytes=self.limits.memory_bytes,
+                               env=self.env)
+        self.sandbox.start()  # imports torch while the first notebook runs
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the sandbox server and remove the copy; warn if dpsim's own source changed
+        (this run used the files read at start; a later run would read the changed ones)."""
+        self.sandbox.close()
+        changed = self.copy.source_changes()
+        if changed:
+            print(f"grade: WARNING: dpsim's source changed while grading ({', '.join(changed[:5])}"
+                  f"{' ...' if len(changed) > 5 else ''}); these grades used the files read at "
+                  "start; restore the source before grading again")
+        self.copy.close()
+
+    def _kernel_env(self, lib: Path, token: str) -> dict[str, str]:
+        env = {k: v for k, v in self.env.items() if not k.startswith("PYTHON")}
+        env.update(PYTHONPATH=str(lib), PYTHONDONTWRITEBYTECODE="1", DPSIM_CHECK_SANDBOX="0")
+        env[processes.TOKEN_VARIABLE] = token
+        return env
+
+    def collect(self, path: Path, nb: nbformat.NotebookNode, names: list[str],
+                notes: list[str]) -> dict[str, bytes | str]:
+        """Run the notebook in its own folder and kernel; the functions it defined."""
+        tmp = Path(tempfile.mkdtemp(prefix="dpsim-grade-"))
+        try:
+            work = tmp / "work"
+            work.mkdir()
+            shutil.copyfile(path, work / path.name)
+            lib = fresh_copy(self.copy.manifest, tmp)
+            marker = f"__dpsim_functions_{secrets.token_hex(8)}__ "
+            cells = [c.source for c in nb.cells if c.cell_type == "code"]
+            text = run_notebook(cells, PRELUDE_CELL, DUMP_CELL.format(names=names,
+                                                                      marker=marker),
+                                work, self._kernel_env(lib, secrets.token_hex(12)),
+                                self.limits, notes)
+            return parse_dump(text, marker)
+        finally:
+            remove_tree(tmp)
+
+    def _restore(self, notes: list[str]) -> None:
+        changes = self.copy.verify()
+        if changes:
+            notes.append("the grader's copy of dpsim was changed and has been restored: "
+                         + ", ".join(changes[:5]) + (" ..." if len(changes) > 5 else ""))
+
+    def grade(self, path: Path) -> NotebookGrade:
+        """Run one notebook and grade its exercises (see the module docstring)."""
+        started = time.monotonic()
+        grade = NotebookGrade(str(path))
+        nb = nbformat.read(path, as_version=4)
+        exercises = notebook_exercises(path, nb)
+        if not exercises:
+            grade.notes.append("no exercises found (no NN_ chapter prefix, "
+                               "no check(\"N.M\", ...))")
+            return grade
+        plan = {ex.exercise_id: _candidate_names(ex, nb) for ex in exercises}
+        found = self.collect(path, nb, sorted({n for ns in plan.values() for n in ns}),
+                             grade.notes)
+        seed = student_seed(student_id(path, nb, self.student), self.secret)
+        for ex in exercises:
+            grade.grades[ex.exercise_id] = self._grade_one(ex, plan[ex.exercise_id], found,
+                                                           seed, grade.notes)
+        grade.seconds = time.monotonic() - started
+        return grade
+
+    def _grade_one(self, ex: Exercise, names: list[str], found: dict[str, Any], seed: int,
+                   notes: list[str]) -> ExerciseGrade:
+        best: ExerciseGrade | None = None
+        for name in names:
+            blob = found.get(name)
+            if not isinstance(blob, bytes):
+                continue
+            self._restore(notes)
+            try:
+                result = check_blob(ex.exercise_id, blob, self.sandbox, seed,
+                                    self.check_timeout_s)
+            except GraderError as exc:
+                return ExerciseGrade(ex.exercise_id, 0, ex.points, str(exc), "error")
+            eg = ExerciseGrade(ex.exercise_id, ex.points if result.ok else 0, ex.points,
+                               None if result.ok else result.message,
+                               "passed" if result.ok else "failed")
+            if result.ok:
+                return eg
+            best = best or eg
+        if best is not None:
+            return best
+        why = next((f"`{n}` {found[n]}" for n in names if n in found),
+                   f"`{ex.function}` is not defined in the notebook")
+        return ExerciseGrade(ex.exercise_id, 0, ex.points, why, "failed")
 
 
 def _print_table(rows: list[list[str]]) -> None:
@@ -221,35 +252,62 @@ def _print_table(rows: list[list[str]]) -> None:
                         for c, (cell, w) in enumerate(zip(r, widths, strict=True))))
 
 
-def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: float = 60.0) -> int:
-    """Grade each notebook, print the score table (and write it as CSV); 0 if grading ran."""
-    grades: list[NotebookGrade] = []
+def _report(grades: list[NotebookGrade]) -> None:
+    for g in grades:
+        for note in g.notes:
+            print(f"\n{g.path}: {note}")
+        for eg in g.grades.values():
+            if eg.message:
+                label = "grader error" if eg.outcome == "error" else f"0/{eg.max_points}"
+                print(f"\n{g.path} {eg.exercise_id}: {label}\n  " +
+                      eg.message.replace("\n", "\n  "))
+
+
+def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: float = 60.0,
+         out_dir: str | None = None, output_format: str = "csv",
+         notebook_timeout_s: float | None = None, memory_gib: float = 8.0,
+         student: str | None = None) -> int:
+    """Grade each notebook; print the table; write the CSV, feedback files and, with
+    `output_format="gradescope"`, results.json. 0 if grading ran, 1 if a notebook is
+    missing, 2 if the grader failed on some exercise."""
+    from dpsim.validation import require_choice, require_range
+
+    require_choice("output_format", output_format, ["csv", "gradescope"])
+    require_range("cell_timeout_s", cell_timeout_s, 1.0, 86400.0)
+    require_range("memory_gib", memory_gib, 1.0, 4096.0)
+    if output_format == "gradescope" and not out_dir:
+        out_dir = "."
+    limits = Limits(cell_timeout_s, notebook_timeout_s or 10 * cell_timeout_s,
+                    int(memory_gib * 2**30))
+    started = time.monotonic()
     missing = [p for p in notebooks if not Path(p).is_file()]
     for p in missing:
         print(f"grade: {p}: no such notebook")
-    with CheckServer() as server:
+    grades: list[NotebookGrade] = []
+    with Grader(limits, student=student) as grader:
         for p in notebooks:
-            if p in missing:
-                continue
-            print(f"grading {p} ...", flush=True)
-            try:
-                grades.append(grade_notebook(Path(p), cell_timeout_s, server))
-            except RuntimeError as exc:
-                print(f"grade: {exc}")
-                return 1
+            if p not in missing:
+                print(f"grading {p} ...", flush=True)
+                grades.append(grader.grade(Path(p)))
+    rows = results.score_table(grades)
     if grades:
-        rows = score_table(grades)
         print()
         _print_table(rows)
-        for g in grades:
-            for note in g.notes:
-                print(f"\n{g.path}: {note}")
-            for eg in g.grades.values():
-                if eg.message:
-                    print(f"\n{g.path} {eg.exercise_id}: 0/{eg.max_points}\n  " +
-                          eg.message.replace("\n", "\n  "))
-        if csv_path:
-            with open(csv_path, "w", newline="", encoding="utf-8") as f:
-                csv.writer(f).writerows(rows)
-            print(f"\nwrote {csv_path}")
-    return 1 if missing else 0
+        _report(grades)
+    seconds = time.monotonic() - started
+    if out_dir:
+        folder = Path(out_dir)
+        written = results.write_feedback(grades, folder / "feedback")
+        results.write_csv(rows, folder / "grades.csv")
+        print(f"\nwrote {folder / 'grades.csv'} and {len(written)} feedback file(s) in "
+              f"{folder / 'feedback'}")
+        if output_format == "gradescope":
+            results.write_gradescope(grades, seconds, folder / "results.json")
+            print(f"wrote {folder / 'results.json'}")
+    if csv_path:
+        results.write_csv(rows, Path(csv_path))
+        print(f"\nwrote {csv_path}")
+    print(f"\ngraded {len(grades)} notebook(s) in {seconds:.1f} s")
+    if missing:
+        return 1
+    return 2 if any(g.errors for g in grades) else 0

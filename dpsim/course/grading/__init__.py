@@ -23,8 +23,32 @@ How a chapter adds exercises
                           expected=right,
                           mistakes={"you dropped the remainder": [batch // n] * n})
 
-   `Case(rel_tol=...)` compares floats loosely; `Case(call=lambda fn: ...)` runs the
-   learner's function some other way (e.g. through `dpsim.runtime.launch`).
+   `Case(rel_tol=..., abs_tol=...)` compares floats loosely (an expected float always
+   allows float32's rounding, 1e-6 relative; integers are exact). `Exercise(forbidden=...)`
+   names dpsim functions that answer the exercise: in the sandbox each is replaced by a
+   tripwire before the learner's function runs, and calling one fails the case with "this
+   exercise asks you to write it yourself, not to call <name>".
+
+   The contract with the sandbox (how a check runs, see `core`, `sandbox`):
+
+   - Cases are built in the grader's process; only `args`/`kwargs` (plain data, tensors,
+     modules: anything pickle carries) travel to the sandbox. `expected`, `mistakes`,
+     `label` and `explain` never leave the grader's process.
+   - `Case.call`, when set, must be a module-level function of a `dpsim.course.grading`
+     module (pickled by reference), called in the sandbox as `call(fn, *args, **kwargs)`.
+     It may launch gloo ranks with `dpsim.runtime.launch`, may cache one launch for all
+     cases of the exercise (keyed on the function object: all cases of one exercise run
+     in one sandbox process), must not call a forbidden name itself, and returns plain
+     data: numbers, strings, None, lists and dicts of those, tensors (sent as nested
+     lists). Decide right or wrong in the grader, never in the harness: a harness runs
+     beside the learner's code, which can change it. See `ch02.ring_on_ranks` and
+     `ch05.average_on_ranks`, whose expected tensors the grader computes itself.
+   - `Case.explain(answer)` (optional, runs in the grader on the plain answer) returns a
+     hint, or None for the usual ones (`mistakes`, then "too large"/"too small").
+   - Cases depend only on the seeded `rng` (and torch's seeded RNG): `Exercise.cases(seed)`
+     gives each student its own cases (`student_seed`), the same at every re-grade.
+     `cases()` (seed None) is what `check()` uses unless `DPSIM_STUDENT` is set.
+
 2. In `solutions/NN_topic.ipynb`: the function the learner writes, with the answer between
    `### BEGIN SOLUTION` and `### END SOLUTION` lines, then a graded cell::
 
@@ -36,8 +60,12 @@ How a chapter adds exercises
    line) and `python -m dpsim exercises build` (writes exercises/NN_topic.ipynb).
 3. In `tests/test_grading_chNN.py`: feed deliberately wrong functions to every check.
 
-`python -m dpsim grade` re-runs these checks in a clean process on the functions it finds
-in a student's executed notebook, so nothing printed or patched in the notebook counts.
+In a notebook, `check()` runs the learner's function in the sandbox, as the grader does
+(the first check starts the sandbox server, a few seconds; later ones answer in well under a
+second); elsewhere (tests, scripts) it runs in the calling process, or in the sandbox with
+`DPSIM_CHECK_SANDBOX=1`. `python -m dpsim grade` (`dpsim.course.grader`) re-runs the checks
+on the functions it finds in a student's notebook, so nothing printed or patched in the
+notebook counts; README "For instructors" says what it defends against.
 """
 
 from dpsim.course.grading.core import (
@@ -45,12 +73,14 @@ from dpsim.course.grading.core import (
     CheckResult,
     Exercise,
     ExerciseFailed,
+    GraderError,
     all_exercises,
     chapter_exercises,
     check,
     exercise,
     get_exercise,
     run_check,
+    student_seed,
 )
 
 __all__ = [
@@ -58,10 +88,12 @@ __all__ = [
     "CheckResult",
     "Exercise",
     "ExerciseFailed",
+    "GraderError",
     "all_exercises",
     "chapter_exercises",
     "check",
     "exercise",
     "get_exercise",
     "run_check",
+    "student_seed",
 ]

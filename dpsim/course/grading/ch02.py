@@ -38,7 +38,8 @@ def _bytes_sent_cases(rng: random.Random) -> Iterator[Case]:
                 [half] * n,
             "every rank sends a chunk of S/N at each of 2(N-1) steps: 2(N-1)/N * S, not "
             "2(N-1) * S": [2 * (n - 1) * s] * n,
-            "each step moves one chunk (S/N), not the whole tensor": [2 * s] * n,
+            "each phase has N-1 steps, not N: after N-1 steps every chunk has visited every "
+            "rank": [2 * s] * n,
         }
         if algorithm == "naive":
             mistakes = {
@@ -161,45 +162,82 @@ def classify_ring(per_rank: list[dict[str, Any]]) -> str:
     return "the ranks do not hold the element-wise sum"
 
 
-def _run_ring(fn: Callable[..., Any], sizes: list[int], seed: int,
-              cache: dict[str, Any]) -> list[str]:
+_RING_RUNS: list[tuple[Any, Any]] = []  # (fn, per-rank results or the error), in the sandbox
+
+
+def _run_ring(fn: Callable[..., Any], sizes: list[int], seed: int
+              ) -> list[list[dict[str, Any]]]:
     """Dry run here (catches a stub at once), then one real launch of 3 gloo ranks."""
-    if "error" in cache:
-        raise cache["error"]
-    if "verdicts" not in cache:
-        try:
-            fn(torch.zeros(4))
-        except (ValueError, RuntimeError) as exc:
-            if "process group" not in str(exc):
-                cache["error"] = exc
-                raise
-        except Exception as exc:
-            cache["error"] = exc
+    for known, outcome in _RING_RUNS:
+        if known is fn:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return list(outcome)
+    try:
+        outcome = _launch_ring(fn, sizes, seed)
+    except Exception as exc:
+        _RING_RUNS.append((fn, exc))
+        raise
+    _RING_RUNS.append((fn, outcome))
+    return list(outcome)
+
+
+def _launch_ring(fn: Callable[..., Any], sizes: list[int], seed: int) -> Any:
+    try:
+        fn(torch.zeros(4))
+    except (ValueError, RuntimeError) as exc:
+        if "process group" not in str(exc):
             raise
-        from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
+    from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
 
-        try:
-            per_rank = launch(_ring_rank, RING_RANKS, args=(fn, sizes, seed), backend="gloo",
-                              timeout_s=45)
-        except RankFailedError as exc:
-            error = rank_error(exc)
-            cache["error"] = error
-            raise error from None
-        except LaunchTimeoutError:
-            error = RuntimeError(
-                "the ranks waited forever (stopped after 45 s): with blocking send/recv, if "
-                "every rank sends before it receives they all wait; post the receive with "
-                "dist.irecv (and the send with dist.isend), then wait on both")
-            cache["error"] = error
-            raise error from None
-        cache["verdicts"] = [classify_ring([rank[i] for rank in per_rank])
-                             for i in range(len(sizes))]
-    return list(cache["verdicts"])
+    try:
+        return launch(_ring_rank, RING_RANKS, args=(fn, sizes, seed), backend="gloo",
+                      timeout_s=45)
+    except RankFailedError as exc:
+        raise rank_error(exc) from None
+    except LaunchTimeoutError:
+        raise RuntimeError(
+            "the ranks waited forever (stopped after 45 s): with blocking send/recv, if "
+            "every rank sends before it receives they all wait; post the receive with "
+            "dist.irecv (and the send with dist.isend), then wait on both") from None
 
 
-def _verdict(fn: Callable[..., Any], *, sizes: list[int], seed: int, cache: dict[str, Any],
-             index: int) -> str:
-    return _run_ring(fn, sizes, seed, cache)[index]
+def ring_on_ranks(fn: Callable[..., Any], sizes: list[int], seed: int, index: int
+                  ) -> list[list[float]]:
+    """Harness of 2.3 (runs in the sandbox): what each rank holds after `fn`, for one size."""
+    return [rank[index]["result"].tolist() for rank in _run_ring(fn, sizes, seed)]
+
+
+def _rank_data(seed: int, index: int, n_elements: int) -> list[torch.Tensor]:
+    """The data each rank starts with (as `_ring_rank` makes it), rebuilt by the grader."""
+    return [torch.randn(n_elements, generator=torch.Generator().manual_seed(
+        seed + 7919 * index + rank)) for rank in range(RING_RANKS)]
+
+
+_RING_HINTS = {
+    "each rank holds the sum in one chunk only":
+        "each rank holds the sum in one chunk only: either the all-gather phase is missing "
+        "(after the reduce-scatter each rank owns one summed chunk; N-1 more steps pass them "
+        "around) or it adds the chunks it receives instead of copying them",
+    "every rank still holds its own data (nothing was summed into the tensor)":
+        "sum into the tensor you were given (in place), or return the result",
+    "every rank holds twice the sum":
+        "the all-gather phase must overwrite (copy) chunks, not add them",
+    "rank 0 holds the sum, other ranks not":
+        "that is a reduce to rank 0; an all-reduce leaves the sum on every rank",
+}
+
+
+def explain_ring(data: list[torch.Tensor], answer: Any) -> str | None:
+    """Grader-side hint of 2.3 from the plain answer (what each rank holds)."""
+    try:
+        total = torch.stack([d.double() for d in data]).sum(0).numpy()
+        per_rank = [{"input": d.numpy(), "result": np.asarray(a, dtype=np.float64),
+                     "sum": total} for d, a in zip(data, answer, strict=True)]
+        words = classify_ring(per_rank)
+    except (TypeError, ValueError):
+        return None
+    return _RING_HINTS.get(words, words)
 
 
 @exercise("2.3", function="ring_all_reduce", title="A ring all-reduce over send/recv",
@@ -208,21 +246,10 @@ def _ring_cases(rng: random.Random) -> Iterator[Case]:
     sizes = [rng.randint(3, 40), rng.randint(1000, 5000), RING_RANKS * rng.randint(100, 400),
              *_SIZES_FIXED]
     seed = rng.randint(0, 10**6)
-    cache: dict[str, Any] = {}
     for index, n_elements in enumerate(sizes):
+        data = _rank_data(seed, index, n_elements)
+        total = torch.stack([d.double() for d in data]).sum(0).tolist()
         yield Case(f"{RING_RANKS} gloo ranks, a float32 tensor of {n_elements} random "
-                   "element(s) on each", expected=CORRECT,
-                   call=functools.partial(_verdict, sizes=sizes, seed=seed, cache=cache,
-                                          index=index),
-                   mistakes={
-                       "the all-gather phase is missing: after the reduce-scatter each "
-                       "rank owns one summed chunk; N-1 more steps pass them around":
-                           "each rank holds the sum in one chunk only",
-                       "sum into the tensor you were given (in place), or return the result":
-                           "every rank still holds its own data (nothing was summed into "
-                           "the tensor)",
-                       "the all-gather phase must overwrite (copy) chunks, not add them":
-                           "every rank holds twice the sum",
-                       "that is a reduce to rank 0; an all-reduce leaves the sum on every "
-                       "rank": "rank 0 holds the sum, other ranks not",
-                   })
+                   "element(s) on each", args=(sizes, seed, index), expected=[total] * RING_RANKS,
+                   rel_tol=1e-5, abs_tol=1e-5, call=ring_on_ranks,
+                   explain=functools.partial(explain_ring, data))

@@ -8,18 +8,27 @@ on the learner).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from dpsim.course.grading.core import Case, exercise, rank_error
+from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.gradient_average import AVERAGE as AVERAGE
+from dpsim.course.grading.gradient_average import (
+    SPECS,
+    average_on_ranks,
+    combine,
+    explain_average,
+    local_grads,
+)
+from dpsim.course.grading.gradient_average import classify as classify
 from dpsim.strategies.ddp import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------
@@ -95,155 +104,19 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
 
 
 # --- 5.2 ----------------------------------------------------------------------------------
-
-AVERAGE = "every rank holds the average of the ranks' gradients"
-_SPECS = [  # (hidden, seed, frozen first layer)
-    (16, 1, False), (8, 2, True), (32, 3, False),
-]
-
-
-def _case_model(hidden: int, seed: int, frozen: bool) -> nn.Module:
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(6, hidden), nn.ReLU(), nn.Linear(hidden, 3))
-    if frozen:
-        model[0].requires_grad_(False)
-    return model
-
-
-def _grads(model: nn.Module) -> dict[str, list[float]]:
-    return {n: p.grad.flatten().tolist() for n, p in model.named_parameters()
-            if p.grad is not None}
-
-
-def _average_rank(rank: int, world_size: int, fn: Callable[..., Any]
-                  ) -> list[dict[str, dict[str, list[float]]]]:
-    """On a real rank: each case's local gradients, then what `fn` left in p.grad."""
-    out = []
-    for hidden, seed, frozen in _SPECS:
-        model = _case_model(hidden, seed, frozen)
-        g = torch.Generator().manual_seed(1000 * seed + rank)  # each rank its own batch
-        x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
-        nn.functional.cross_entropy(model(x), y).backward()
-        local = _grads(model)
-        fn(model, world_size)
-        out.append({"local": local, "after": _grads(model)})
-    return out
-
-
-def _close(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
-    return a.keys() == b.keys() and all(
-        torch.allclose(torch.tensor(a[k]), torch.tensor(b[k]), rtol=1e-5, atol=1e-7)
-        for k in a)
-
-
-def _combine(ranks: list[dict[str, dict[str, list[float]]]], scale: float
-             ) -> dict[str, list[float]]:
-    out = {}
-    for k in ranks[0]["local"]:
-        total = torch.zeros(len(ranks[0]["local"][k]), dtype=torch.float64)
-        for r in ranks:
-            total += torch.tensor(r["local"][k], dtype=torch.float64)
-        out[k] = (total * scale).tolist()
-    return out
-
-
-def classify(ranks: list[dict[str, dict[str, list[float]]]]) -> str:
-    """In words, what the gradients on every rank are after the learner's function."""
-    n = len(ranks)
-    afters = [r["after"] for r in ranks]
-    if any(a.keys() != ranks[0]["local"].keys() for a in afters):
-        return "some gradients were removed or added (p.grad changed to None or created)"
-    for words, scale in ((AVERAGE, 1 / n), ("the sum of the ranks' gradients", 1.0),
-                         ("the average divided by world_size once more", 1 / n**2)):
-        target = _combine(ranks, scale)
-        hits = [_close(a, target) for a in afters]
-        if all(hits):
-            return words
-        if hits[0]:
-            return f"rank 0 holds {words.removeprefix('every rank holds ')}, other ranks not"
-    if all(_close(r["after"], r["local"]) for r in ranks):
-        return "each rank still holds its own gradients (nothing was all-reduced)"
-    return "the gradients are neither the ranks' average nor their sum"
-
-
-def _dry_run(fn: Callable[..., Any]) -> str | None:
-    """Call `fn` here, without a process group; a verdict if it never tried to communicate.
-
-    First on a model without gradients (frozen parameters: p.grad is None), then on one
-    with gradients. A function that all-reduces stops at its first collective ("Default
-    process group has not been initialized"); that is the sign to launch real ranks.
-    """
-    for frozen in (True, False):
-        model = _case_model(4, 0, frozen=False).requires_grad_(not frozen)
-        if not frozen:
-            nn.functional.cross_entropy(model(torch.randn(2, 6)), torch.tensor([0, 1])).backward()
-        before = _grads(model)
-        try:
-            returned = fn(model, 2)
-        except (ValueError, RuntimeError) as exc:
-            if "process group" in str(exc):
-                return None
-            raise
-        if returned is not None:
-            return f"your function returned {returned!r}; change p.grad in place and return None"
-        if not frozen:
-            return ("each rank still holds its own gradients (nothing was all-reduced)"
-                    if _close(_grads(model), before) else
-                    "the gradients changed but nothing was all-reduced")
-    return None
-
-
-def _run_average(fn: Callable[..., Any], cache: dict[str, Any]) -> list[str]:
-    """Dry run in this process, then one real launch of 2 gloo ranks for every case."""
-    if "error" in cache:
-        raise cache["error"]
-    if "verdicts" not in cache:
-        try:
-            verdict = _dry_run(fn)
-        except Exception as exc:
-            cache["error"] = exc
-            raise
-        if verdict is not None:
-            cache["verdicts"] = [verdict] * len(_SPECS)
-            return list(cache["verdicts"])
-        from dpsim.runtime.launch import RankFailedError, launch
-
-        try:
-            per_rank = launch(_average_rank, 2, args=(fn,), backend="gloo", timeout_s=60)
-        except RankFailedError as exc:
-            error = rank_error(exc)
-            cache["error"] = error
-            raise error from None
-        cache["verdicts"] = [classify([rank[i] for rank in per_rank])
-                             for i in range(len(_SPECS))]
-    return list(cache["verdicts"])
-
-
+# (the harness and what the grader computes: dpsim.course.grading.gradient_average)
 @exercise("5.2", function="average_gradients", title="Average gradients by hand, like DDP",
           points=2)
 def _average_cases(rng: random.Random) -> Iterator[Case]:
-    cache: dict[str, Any] = {}
-
-    def runner(index: int) -> Callable[[Callable[..., Any]], Any]:
-        return lambda fn: _run_average(fn, cache)[index]
-
-    for index, (hidden, _, frozen) in enumerate(_SPECS):
+    for index, (hidden, _, frozen) in enumerate(SPECS):
         label = (f"2 gloo ranks, Linear(6, {hidden}) -> ReLU -> Linear({hidden}, 3)"
                  + (", first Linear frozen (its p.grad is None)" if frozen else "")
                  + ", each rank its own batch of 4")
-        yield Case(label, expected=AVERAGE,
-                   call=runner(index),
-                   mistakes={
-                       "you summed but did not divide by world_size":
-                           "the sum of the ranks' gradients",
-                       "the gradients were never all-reduced":
-                           "each rank still holds its own gradients (nothing was all-reduced)",
-                       "you divided without all-reducing first":
-                           "the gradients changed but nothing was all-reduced",
-                       "dist.reduce leaves the result on one rank only; all_reduce leaves it "
-                       "on every rank": f"rank 0 holds {AVERAGE.removeprefix('every rank holds ')}"
-                                        ", other ranks not",
-                   })
+        local = local_grads(index)
+        average = combine([{"local": loc} for loc in local], 1 / len(local))
+        yield Case(label, args=(index,), expected={"ranks": [average] * len(local)},
+                   rel_tol=1e-5, abs_tol=1e-7, call=average_on_ranks,
+                   explain=functools.partial(explain_average, local))
 
 
 # --- 5.3 ----------------------------------------------------------------------------------

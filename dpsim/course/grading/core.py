@@ -4,23 +4,27 @@ An exercise is registered by its chapter module with the `exercise` decorator on
 function that makes the test cases; `check(exercise_id, fn)` calls the learner's `fn`
 on every case and prints one line `PASS 1.2 (3/3)`, or raises `ExerciseFailed` saying
 which input failed and what kind of mistake it looks like (never the expected value).
-See the package docstring (`dpsim.course.grading`) for the pattern a chapter follows.
+Cases are built here; only their inputs reach the learner's function (in a sandbox
+process inside a notebook, see `sandbox`), and only plain data comes back to be compared
+(`plain`, `compare`). See the package docstring for the pattern a chapter follows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
-import math
-import numbers
+import os
 import pkgutil
 import random
 import re
-import traceback
+import sys
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpsim.course.grading.compare import hint, is_number, plain_value, same
+from dpsim.course.grading.plain import decode
 from dpsim.validation import require_choice, require_int
 
 ID_PATTERN = re.compile(r"^(\d+)\.(\d+)$")
@@ -28,6 +32,10 @@ ID_PATTERN = re.compile(r"^(\d+)\.(\d+)$")
 
 class ExerciseFailed(AssertionError):
     """The learner's function gave a wrong answer, raised, or is still a stub."""
+
+
+class GraderError(RuntimeError):
+    """The grader itself failed (building cases, the sandbox): never the learner's zero."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,11 @@ class Case:
     kwargs: dict[str, Any] = field(default_factory=dict)
     rel_tol: float = 0.0  # relative tolerance for float answers (0: exact)
     abs_tol: float = 0.0  # absolute tolerance for float answers (0: none)
-    call: Callable[[Callable[..., Any]], Any] | None = None  # how to run fn; default fn(*args)
+    # how to run fn: None calls fn(*args, **kwargs); else a module-level function of a
+    # dpsim.course.grading module, called in the sandbox as call(fn, *args, **kwargs)
+    call: Callable[..., Any] | None = None
+    # grader-side hint from the plain answer (None: use `mistakes`); never runs learner code
+    explain: Callable[[Any], str | None] | None = None
 
 
 CaseMaker = Callable[[random.Random], Iterable[Case]]
@@ -69,13 +81,32 @@ class Exercise:
         """Seed of the random cases, derived from the id so every run checks the same inputs."""
         return zlib.crc32(f"dpsim-exercise-{self.exercise_id}".encode())
 
-    def cases(self) -> list[Case]:
-        """Build the cases (seeded python and torch RNGs; the caller's RNG state is kept)."""
+    def case_seed(self, seed: int | None = None) -> int:
+        """The seed of this exercise's cases: the default, or one mixed from `seed`."""
+        if seed is None:
+            return self.seed
+        return zlib.crc32(f"dpsim-exercise-{self.exercise_id}-{seed}".encode())
+
+    def cases(self, seed: int | None = None) -> list[Case]:
+        """Build the cases (seeded python and torch RNGs; the caller's RNG state is kept).
+
+        `seed=None` gives every learner the same cases; `student_seed(...)` gives each its own.
+        """
         import torch
 
+        case_seed = self.case_seed(seed)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            return list(self.make_cases(random.Random(self.seed)))
+            torch.manual_seed(case_seed)
+            return list(self.make_cases(random.Random(case_seed)))
+
+
+def student_seed(student: str, secret: str = "") -> int:
+    """A seed of a student's own cases: stable for one student id, different between ids.
+
+    `secret` (the grader's `DPSIM_GRADING_SECRET`) keeps a learner from working out the seed.
+    """
+    digest = hashlib.sha256(f"{secret}\0{student}".encode()).digest()
+    return int.from_bytes(digest[:6], "big")
 
 
 @dataclass(frozen=True)
@@ -169,91 +200,12 @@ def get_exercise(exercise_id: str) -> Exercise:
     return _REGISTRY[exercise_id]
 
 
-# --- comparing answers -----------------------------------------------------------------
-
-
-def _plain(value: Any) -> Any:
-    """Tensors and numpy values as python numbers / nested lists."""
-    if hasattr(value, "tolist") and hasattr(value, "shape"):
-        return value.tolist()
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def same(answer: Any, expected: Any, rel_tol: float = 0.0, abs_tol: float = 0.0) -> bool:
-    """True if `answer` equals `expected` (numbers within rel_tol or abs_tol, sequences
-    elementwise)."""
-    answer, expected = _plain(answer), _plain(expected)
-    if _is_number(expected):
-        if not _is_number(answer):
-            return False
-        return math.isclose(float(answer), float(expected), rel_tol=rel_tol,
-                            abs_tol=abs_tol) if rel_tol or abs_tol else answer == expected
-    if isinstance(expected, (list, tuple)):
-        return (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
-                and all(same(a, e, rel_tol, abs_tol)
-                        for a, e in zip(answer, expected, strict=True)))
-    if isinstance(expected, dict):
-        return (isinstance(answer, dict) and answer.keys() == expected.keys()
-                and all(same(answer[k], expected[k], rel_tol, abs_tol) for k in expected))
-    return bool(answer == expected)
-
-
-def _shape_problem(answer: Any, expected: Any) -> str | None:
-    """What is wrong with the kind of answer, before comparing values (None if nothing)."""
-    answer, expected = _plain(answer), _plain(expected)
-    if answer is None:
-        return "your function returned None: did you forget `return`?"
-    if _is_number(expected):
-        if not _is_number(answer):
-            return f"your function returned a {type(answer).__name__}; the answer is a number"
-        if isinstance(expected, numbers.Integral) and float(answer) != math.floor(float(answer)):
-            return (f"your answer {answer!r} is not a whole number; round it the way the "
-                    "question asks (// divides and rounds down)")
-    if isinstance(expected, (list, tuple)):
-        if not isinstance(answer, (list, tuple)):
-            return f"your function returned a {type(answer).__name__}; the answer is a list"
-        if len(answer) != len(expected):
-            return f"your list has {len(answer)} entries; it needs {len(expected)}"
-    return None
-
-
-def _direction(answer: Any, expected: Any) -> str:
-    answer, expected = _plain(answer), _plain(expected)
-    if not (_is_number(answer) and _is_number(expected)):
-        return "your answer is not the right one for this input"
-    a, e = float(answer), float(expected)
-    for k in (2, 4, 8):
-        if e and a == e * k:
-            return f"your answer is exactly {k}x too large"
-        if a and e == a * k:
-            return f"your answer is exactly {k}x too small"
-    return "your answer is too large" if a > e else "your answer is too small"
-
-
 # --- running a check -------------------------------------------------------------------
 
-
-def _where(exc: BaseException, fn: Callable[..., Any]) -> str:
-    """' (line N of your code: ...)' for the deepest frame in the learner's own file."""
-    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
-    if not frames:
-        return ""
-    frame = frames[-1]
-    code = f": {frame.line.strip()}" if frame.line else ""
-    return f" at line {frame.lineno} of your code{code}"
-
-
-def _raised_by_stub(exc: BaseException, fn: Callable[..., Any]) -> bool:
-    if not isinstance(exc, NotImplementedError):
-        return False
-    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and (frames[-1].filename == filename or "write your code" in str(exc))
+_plain, _is_number = plain_value, is_number  # older names, kept for callers
+CHECK_TIMEOUT_S = 120.0  # one exercise's cases in the sandbox
+TODO = ("Exercise {id} is not done yet: replace the `raise NotImplementedError` line in "
+        "`{function}` with your code, then run this cell again.")
 
 
 def rank_error(exc: Exception) -> Exception:
@@ -264,61 +216,134 @@ def rank_error(exc: Exception) -> Exception:
     return exc
 
 
-def run_check(exercise_id: str, fn: Callable[..., Any]) -> CheckResult:
-    """Try `fn` on every case of the exercise; never raises for the learner's mistakes."""
-    ex = get_exercise(exercise_id)
+def _in_process(fn: Callable[..., Any], ex: Exercise, cases: list[Case]) -> Any:
+    """Run the cases here (trusted callers: tests, scripts), through the same plain-data
+    path as the sandbox, so both judge the same answers."""
+    from dpsim.course.grading.sandbox import Reply
+    from dpsim.course.grading.sandbox_worker import outcome, tripwires
+
+    reply = Reply()
+    with tripwires(ex.forbidden) as tripped:
+        for index, case in enumerate(cases):
+            reply.outcomes[index] = decode(outcome(index, fn, case.call, case.args,
+                                                   case.kwargs, tripped))
+    return reply
+
+
+def _calls(cases: list[Case]) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+    return [(case.call, tuple(case.args), dict(case.kwargs)) for case in cases]
+
+
+def judge(ex: Exercise, cases: list[Case], reply: Any, timeout_s: float) -> CheckResult:
+    """Compare a sandbox reply (plain answers) with the cases' expected values."""
     head = f"Exercise {ex.exercise_id} ({ex.title})"
-    if not callable(fn):
-        return CheckResult(ex.exercise_id, 0, 0,
-                           f"{head}: check() needs your function `{ex.function}`, "
-                           f"got a {type(fn).__name__}")
-    cases = ex.cases()
     total = len(cases)
-    passed = 0
-    first: tuple[str, Case] | None = None
-    for index, case in enumerate(cases, start=1):
-        where = f"case {index} of {total}:\n  input: {case.label}"
-        try:
-            answer = case.call(fn) if case.call else fn(*case.args, **case.kwargs)
-        except Exception as exc:
-            if _raised_by_stub(exc, fn):
-                todo = (f"Exercise {ex.exercise_id} is not done yet: replace the `raise "
-                        f"NotImplementedError` line in `{ex.function}` with your code, then "
-                        "run this cell again.")
+    if reply.ended == "server":
+        raise GraderError(f"the checking process failed: {reply.detail}")
+    if reply.load_error is not None:
+        return CheckResult(ex.exercise_id, 0, total, f"{head}: your function could not be "
+                           f"loaded in the checking process: {reply.load_error}")
+    passed, first = 0, None
+    for index, case in enumerate(cases):
+        where = f"case {index + 1} of {total}:\n  input: {case.label}"
+        row = reply.outcomes.get(index)
+        if row is None:
+            why = {"timeout": f"the check took longer than {timeout_s:g} s",
+                   "oversize": "your answer is too large to check",
+                   "exit": f"your function ended the checking process ({reply.detail})"
+                   }.get(reply.ended, "your function ended the checking process")
+            first = first or (f"{head} failed on {where}\n  {why}", case)
+            break
+        if "forbidden" in row:
+            message = (f"this exercise asks you to write it yourself, not to call "
+                       f"{row['forbidden']}")
+            first = first or (f"{head} failed on {where}\n  {message}", case)
+        elif "error" in row:
+            if row.get("stub"):
+                todo = TODO.format(id=ex.exercise_id, function=ex.function)
                 return CheckResult(ex.exercise_id, 0, total, todo, case.expected, case.label)
-            if first is None:
-                first = (f"{head} failed on {where}\n  your function raised "
-                         f"{type(exc).__name__}: {exc}{_where(exc, fn)}", case)
-            continue
-        if same(answer, case.expected, case.rel_tol, case.abs_tol):
+            first = first or (f"{head} failed on {where}\n  your function raised "
+                              f"{row['error']}{row.get('where', '')}", case)
+        elif same(row.get("answer"), case.expected, case.rel_tol, case.abs_tol):
             passed += 1
-            continue
-        if first is None:
-            first = (f"{head} failed on {where}\n  your answer: {answer!r}\n  "
-                     f"hint: {_hint(answer, case)}", case)
+        elif first is None:
+            answer = row.get("answer")
+            words = case.explain(answer) if case.explain is not None else None
+            words = words or hint(answer, case.expected, case.mistakes, case.rel_tol,
+                                  case.abs_tol)
+            shown = repr(answer)
+            shown = shown if len(shown) <= 300 else shown[:300] + " ..."
+            first = (f"{head} failed on {where}\n  your answer: {shown}\n  hint: {words}", case)
     if first is None:
         return CheckResult(ex.exercise_id, passed, total)
     message = f"{first[0]}\n  ({passed} of {total} cases passed)"
     return CheckResult(ex.exercise_id, passed, total, message, first[1].expected, first[1].label)
 
 
-def _hint(answer: Any, case: Case) -> str:
-    problem = _shape_problem(answer, case.expected)
-    if problem:
-        return problem
-    hints = [hint for hint, wrong in case.mistakes.items()
-             if wrong is not None and not same(wrong, case.expected, case.rel_tol, case.abs_tol)
-             and same(answer, wrong, case.rel_tol, case.abs_tol)]
-    if len(hints) == 1:
-        return f"looks like {hints[0]}"
-    if hints:
-        return "looks like one of these:" + "".join(f"\n    - {h}" for h in hints)
-    return _direction(answer, case.expected)
+def check_blob(exercise_id: str, blob: bytes, sandbox: Any, seed: int | None = None,
+               timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
+    """Check a learner's function given as dill bytes; it is unpickled in the sandbox only.
+    GraderError when the cases cannot be built or the sandbox itself fails."""
+    ex = get_exercise(exercise_id)
+    try:
+        cases = ex.cases(seed)
+    except Exception as exc:
+        raise GraderError(f"building the cases of {exercise_id} failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+    reply = sandbox.run(blob, ex.forbidden, _calls(cases), timeout_s)
+    return judge(ex, cases, reply, timeout_s)
+
+
+def run_check(exercise_id: str, fn: Callable[..., Any], seed: int | None = None,
+              sandbox: Any = None, timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
+    """Try `fn` on every case of the exercise; never raises for the learner's mistakes.
+
+    `sandbox=None` runs `fn` in this process (tests); a `sandbox.Sandbox` runs it there.
+    """
+    ex = get_exercise(exercise_id)
+    head = f"Exercise {ex.exercise_id} ({ex.title})"
+    if not callable(fn):
+        return CheckResult(ex.exercise_id, 0, 0,
+                           f"{head}: check() needs your function `{ex.function}`, "
+                           f"got a {type(fn).__name__}")
+    if sandbox is None:
+        cases = ex.cases(seed)
+        return judge(ex, cases, _in_process(fn, ex, cases), timeout_s)
+    import dill
+
+    try:
+        blob = dill.dumps(fn, recurse=True)
+    except Exception as exc:
+        return CheckResult(ex.exercise_id, 0, len(ex.cases(seed)),
+                           f"{head}: your function cannot be sent to the checking process "
+                           f"(the grader could not either): {type(exc).__name__}: {exc}")
+    return check_blob(exercise_id, blob, sandbox, seed, timeout_s)
+
+
+def _use_sandbox() -> bool:
+    """Sandbox inside a Jupyter kernel (or DPSIM_CHECK_SANDBOX=1); in-process elsewhere."""
+    choice = os.environ.get("DPSIM_CHECK_SANDBOX", "")
+    if choice in ("0", "1"):
+        return choice == "1"
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def check(exercise_id: str, fn: Callable[..., Any]) -> None:
-    """Print `PASS N.M (k/k)` if `fn` answers every case right, else raise ExerciseFailed."""
-    result = run_check(exercise_id, fn)
+    """Print `PASS N.M (k/k)` if `fn` answers every case right, else raise ExerciseFailed.
+
+    In a notebook the cases run in the sandbox, as the grader runs them; `DPSIM_STUDENT`
+    (if set) picks the student's own cases, as the grader does (see the package docstring).
+    """
+    student = os.environ.get("DPSIM_STUDENT")
+    seed = student_seed(student) if student else None
+    if _use_sandbox():
+        from dpsim.course.grading.sandbox import shared
+
+        result = run_check(exercise_id, fn, seed=seed, sandbox=shared())
+    else:
+        result = run_check(exercise_id, fn, seed=seed)
     if not result.ok:
         raise ExerciseFailed(result.message)
     print(f"PASS {result.exercise_id} ({result.passed}/{result.total})")

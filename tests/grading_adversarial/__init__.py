@@ -1,0 +1,1 @@
+"""Notebooks that try to cheat the grader, and notebooks with correct but unusual answers."""
