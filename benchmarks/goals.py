@@ -117,10 +117,22 @@ def _elastic(r: dict[str, Any]) -> list[dict[str, Any]]:
                  {"round": worst.get("index"), "round_seconds_max": r.get("round_seconds_max")})]
 
 
+def _grading(r: dict[str, Any]) -> list[dict[str, Any]]:
+    runs = r["runs"]
+    walls = [run["wall_s"] for run in runs]
+    worst = max(runs, key=lambda run: run["wall_s"])
+    short = sum(not run["full_marks"] for run in runs)
+    return [goal(r["goal"], worst["wall_s"], r["goal_s"], "s", "lower", "worst",
+                 statistics.median(walls), worst["wall_s"], {"load_before": worst.get(
+                     "load_before")}),
+            goal("every solution notebook earns full marks, every repeat", short, 0,
+                 "repeats short of full marks", "lower", "worst", short, short, {})]
+
+
 GOALS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "collectives": _collectives, "ddp": _ddp, "fuzz_api": _fuzz, "launch": _launch,
     "planner": _planner, "torchrun_stress": _stress, "validation": fidelity_goals,
-    "elastic_stress": _elastic,
+    "elastic_stress": _elastic, "grading": _grading,
 }
 
 

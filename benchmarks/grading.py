@@ -65,11 +65,14 @@ def main(argv: list[str]) -> None:
         "benchmark": "grading",
         "goal": "the six solution notebooks are graded in <= 120 s on 2 cores, every repeat",
         "goal_s": GOAL_S, "value_s": worst["wall_s"],
-        "goal_met": all(r["wall_s"] <= GOAL_S and r["full_marks"] for r in runs),
         "worst_case": worst, "runs": runs,
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "torch": torch.__version__, "cpu_count": os.cpu_count()},
+                    "torch": torch.__version__, "cpu_count": os.cpu_count(),
+                    "load_average": worst["load_before"]},
     }
+    from benchmarks.goals import stamp
+
+    stamp(result, "grading")  # goals, value, goal_met, median and worst case
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("value_s", "goal_met")}))
 
