@@ -41,10 +41,11 @@ def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
     return sent, received
 
 
-def ring_final(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False
-               ) -> list[list[float]]:
+def ring_final(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,
+               shift: int = 1) -> list[list[float]]:
     """Every rank's tensor after the ring of 2.3 (optionally without, or adding in, the
-    all-gather), computed step by step as the exercise describes it."""
+    all-gather), computed step by step as the exercise describes it; at step t rank r
+    sends chunk (r - shift - t) % n (shift 1 is right, 0 the usual slip)."""
     n = len(arrays)
     bufs = [a.clone() for a in arrays]
     bounds = chunk_bounds(len(arrays[0]), n)
@@ -52,7 +53,7 @@ def ring_final(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: b
     if gather:
         phases += [(add_in_gather, n - 1 + t) for t in range(n - 1)]
     for add, step in phases:
-        chunk = [(r - 1 - step) % n for r in range(n)]
+        chunk = [(r - shift - step) % n for r in range(n)]
         payload = [bufs[r][slice(*bounds[chunk[r]])].clone() for r in range(n)]
         for r in range(n):
             target = bufs[(r + 1) % n][slice(*bounds[chunk[r]])]
@@ -136,12 +137,17 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
     if kind == "all_gather":
         out["rank q's tensor belongs at position q of the result (rank order), not in the "
             "order the pieces arrived"] = _with(expected, result=[
-                [torch.cat(d[r:] + d[:r]).tolist() for r in range(n)] for d in datas])
+                [torch.cat([d[(r - k) % n] for k in range(n)]).tolist() for r in range(n)]
+                for d in datas])
     if kind == "reduce_scatter":
+        shifted = []
+        for it, d in zip(items, datas, strict=True):
+            final = ring_final(d, gather=False, shift=0)
+            bounds = chunk_bounds(it["length"], n)
+            shifted.append([final[r][slice(*bounds[r])] for r in range(n)])
         out["rank r must end with the sum of chunk r: at step t it sends chunk "
-            "(r - 1 - t) % N; your chunks look shifted by one"] = _with(expected, result=[
-                [c.tolist() for c in torch.stack(d).sum(0).tensor_split(n)[1:] +
-                 torch.stack(d).sum(0).tensor_split(n)[:1]] for d in datas])
+            "(r - 1 - t) % N; your chunks look shifted by one"] = _with(expected,
+                                                                       result=shifted)
     if kind == "all_reduce":
         out["the all-gather phase is missing: after the reduce-scatter each rank owns one "
             "summed chunk; N-1 more steps pass the finished chunks around"] = _with(
