@@ -29,7 +29,7 @@ from dpsim.course.grading.ranks import run_on_ranks
 
 
 @exercise("2.1", function="all_reduce_bytes_sent", title="Bytes sent: ring vs naive",
-          points=1)
+          points=1, forbidden=("dpsim.collectives.cost.bytes_sent_per_rank",))
 def _bytes_sent_cases(rng: random.Random) -> Iterator[Case]:
     for algorithm in ("ring", "naive", "ring", "naive", "ring"):
         n = rng.randint(2, 16)
@@ -94,7 +94,7 @@ def _rs_shifted(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 
 @exercise("2.2", function="reduce_scatter_steps", title="Reduce-scatter on simulated ranks",
-          points=2)
+          points=2, forbidden=("dpsim.collectives.ring.ring_all_reduce_steps",))
 def _reduce_scatter_cases(rng: random.Random) -> Iterator[Case]:
     for n, length in ((3, 6), (4, rng.randint(9, 15)), (2, 5), (5, 3), (4, rng.randint(20, 40))):
         arrays = [np.array([rng.randint(-9, 9) for _ in range(length)]) for _ in range(n)]

@@ -35,7 +35,8 @@ def _spread(batch: int, n: int) -> list[int]:
     return [batch // n + (r < batch % n) for r in range(n)]
 
 
-@exercise("3.1", function="chunk_sizes", title="How DataParallel splits a batch", points=1)
+@exercise("3.1", function="chunk_sizes", title="How DataParallel splits a batch", points=1,
+          forbidden=("dpsim.strategies.dp.scatter_sizes",))
 def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
     shapes = [*_SHAPES, (rng.randint(11, 99), rng.randint(3, 8))]
     for batch, n in shapes:

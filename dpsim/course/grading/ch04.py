@@ -22,14 +22,14 @@ def _amdahl(g: float, n: int) -> float:
     return 1.0 / (g + (1.0 - g) / n)
 
 
-@exercise("4.1", function="predicted_speedup", title="The GIL's speed-up bound", points=2)
+@exercise("4.1", function="predicted_speedup", title="The GIL's speed-up bound", points=2,
+          forbidden=("dpsim.gil.predict_speedup",))
 def _speedup_cases(rng: random.Random) -> Iterator[Case]:
     cases = [(0.0, 4, 8), (1.0, 4, 8), (0.25, 8, 16), (0.1, 4, 2),
              (round(rng.uniform(0.3, 0.6), 2), rng.randint(2, 6), 64)]
     for g, n, cores in cases:
         expected = predict_speedup(g, n, cores)
         largest = max(float(n), float(cores), 1 / g if g else 0.0)
-        no_threads = min(1 / g, cores) if g else float(cores)
         sim = simulate(GILConfig(n, 0.02, g, 100, n_cores=cores)).speedup
         if sim > expected * (1 + 1e-9) or (g in (0.0, 1.0) and not math.isclose(sim, expected,
                                                                                   rel_tol=1e-9)):
@@ -47,7 +47,7 @@ def _speedup_cases(rng: random.Random) -> Iterator[Case]:
                 "you scaled by the GIL-free share (n x (1 - g)); the bound is how many "
                 "threads' worth of Python one GIL can serve": n * (1 - g),
                 "you forgot the number of threads: with little Python, n threads give at "
-                "most n x": None if no_threads == largest else no_threads,
+                "most n x": min(1 / g, cores) if g else float(cores),
                 "you took the largest of the limits; every limit caps the speed-up, so the "
                 "bound is the smallest: min(n_threads, 1 / gil_share, n_cores)": largest,
             },
