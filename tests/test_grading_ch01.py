@@ -311,3 +311,12 @@ def test_1_5_checkpointing_saves_less_and_reruns_the_chosen_blocks() -> None:
         none = case.mistakes["no block was checkpointed: every block kept its activations"]
         assert case.expected["saved_bytes"] < none["saved_bytes"]
         assert core.same(case.expected["param_grads"], none["param_grads"], abs_tol=1e-6)
+
+
+def test_1_4_and_1_5_stubs_are_reported_as_not_done() -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError("Exercise 1.x: write your code here")
+
+    for exercise_id in ("1.4", "1.5"):
+        result = run_check(exercise_id, stub)
+        assert "not done yet" in (result.message or ""), result.message

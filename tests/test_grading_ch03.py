@@ -174,3 +174,10 @@ def test_3_5_reference_is_torch_on_one_device() -> None:
         for p, g in zip(module.parameters(), case.expected["param_grads"], strict=True):
             assert p.grad is not None
             assert torch.allclose(p.grad.reshape(-1), torch.tensor(g), atol=ABS_TOL, rtol=0)
+
+
+def test_3_5_stub_is_reported_as_not_done() -> None:
+    def data_parallel(*args: Any) -> Any:
+        raise NotImplementedError("Exercise 3.5: write your code here")
+
+    assert "not done yet" in (run_check("3.5", data_parallel).message or "")

@@ -136,3 +136,10 @@ def test_4_4_cases_have_both_winners() -> None:
 
     winners = {c.expected["faster"] for c in get_exercise("4.4").cases()}
     assert winners == {"threads", "processes"}
+
+
+def test_4_4_stub_is_reported_as_not_done() -> None:
+    def threads_or_processes(*args: Any) -> Any:
+        raise NotImplementedError("Exercise 4.4: write your code here")
+
+    assert "not done yet" in (run_check("4.4", threads_or_processes).message or "")
