@@ -152,7 +152,9 @@ def test_every_slip_differs_from_the_answer() -> None:
 
 # --- 2.3 to 2.7: right and wrong functions on real ranks ---------------------------------
 # One launch per world size runs every function below; each answer is then compared with the
-# expected one and the hint it gets is checked, as run_check does with a case.
+# expected one and the hint it gets is checked, as run_check does with a case. The slips
+# that call torch's own collectives (dist.all_reduce, all_gather_into_tensor, broadcast)
+# match only if torch's results equal the expected ones: a cross-check of the references.
 
 def done(*requests: Any) -> None:
     """Wait for every request (isend / irecv return one, or None off the group)."""
@@ -306,6 +308,11 @@ def linear_broadcast(tensor: torch.Tensor, root: int) -> torch.Tensor:
     return tensor
 
 
+def library_broadcast(tensor: torch.Tensor, root: int) -> torch.Tensor:
+    dist.broadcast(tensor, src=root)
+    return tensor
+
+
 def broadcast_from_rank_0(tensor: torch.Tensor, root: int) -> torch.Tensor:
     return broadcast(tensor, root, relative=False)
 
@@ -335,6 +342,7 @@ ON_4_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("broadcast", broadcast, None),
     ("broadcast", linear_broadcast, "linear broadcast"),
     ("broadcast", broadcast_from_rank_0, "relative to the root"),
+    ("broadcast", library_broadcast, "you called dist.broadcast"),  # and its results agree
 ]
 
 
@@ -359,12 +367,6 @@ def test_functions_on_real_ranks_get_their_verdict(
     else:
         assert not core.same(answer, case.expected)
         assert hint in core._hint(answer, case), (fn.__name__, core._hint(answer, case))
-
-
-@pytest.mark.slow
-def test_2_3_right_ring_passes_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    check("2.3", ring_all_reduce)
-    assert capsys.readouterr().out == "PASS 2.3 (2/2)\n"
 
 
 def test_stubs_and_typos_fail_before_any_launch() -> None:
