@@ -34,8 +34,10 @@ def test_2_1_right_answer_passes(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_2_1_wrong_answers_are_caught_with_their_hint() -> None:
-    def right(nbytes: int, n: int, algorithm: str) -> list[int]:
-        return bytes_sent_per_rank("all_reduce", nbytes, n, algorithm)
+    def right(nbytes: int, n: int, algorithm: str) -> list[int]:  # by hand: the library's
+        if algorithm == "ring":                                   # own answer is forbidden
+            return [2 * (n - 1) * (nbytes // n)] * n
+        return [(n - 1) * nbytes] + [nbytes] * (n - 1)
 
     def half_ring(nbytes: int, n: int, algorithm: str) -> list[int]:
         got = right(nbytes, n, algorithm)
