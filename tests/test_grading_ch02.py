@@ -199,6 +199,12 @@ def library_all_reduce(tensor: torch.Tensor) -> None:
     dist.all_reduce(tensor)
 
 
+def library_ring(tensor: torch.Tensor) -> None:
+    from dpsim.runtime.collective_workers import ring_all_reduce_
+
+    ring_all_reduce_(tensor)
+
+
 def all_gather(tensor: torch.Tensor, order: str = "rank", extra: bool = False,
                mutate: bool = False) -> torch.Tensor:
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -328,6 +334,7 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_reduce", add_in_gather, "put the arriving (finished) chunk in place"),
     ("all_reduce", sums_a_copy, "in place), or return"),
     ("all_reduce", library_all_reduce, "you called dist.all_reduce"),
+    ("all_reduce", library_ring, "not to call dpsim.runtime.collective_workers"),
     ("all_gather", all_gather, None),
     ("all_gather", gather_arrival_order, "rank order"),
     ("all_gather", gather_one_step_more, "one message more"),

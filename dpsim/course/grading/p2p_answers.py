@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from dpsim.collectives.ring import chunk_bounds
-from dpsim.course.grading.ranks import FIELDS, rank_data
+from dpsim.course.grading.ranks import FIELDS, FORBIDDEN, rank_data
 
 NO_MESSAGES = ("no message went through dist.isend / dist.irecv: call them as dist.isend(...) "
                "and dist.irecv(...) (the check counts the messages there), not a collective "
@@ -105,7 +105,8 @@ def _with(expected: dict[str, Any], **fields: Any) -> dict[str, Any]:
     return out
 
 
-def _common(kind: str, n: int, expected: dict[str, Any]) -> dict[str, Any]:
+def _common(kind: str, n: int, expected: dict[str, Any], items: list[dict[str, Any]]
+            ) -> dict[str, Any]:
     """Slips every kind shares: a collective instead of messages, uncounted messages."""
     silent: list[list[list[int]]] = [[[] for _ in range(n)] for _ in expected["result"]]
     collective = {"all_gather": "all_gather_into_tensor", "reduce_scatter":
@@ -116,6 +117,11 @@ def _common(kind: str, n: int, expected: dict[str, Any]) -> dict[str, Any]:
         "dist.irecv": _with(expected, sent_to=silent, received_from=silent,
                             collectives=[collective]),
     }
+    for name in FORBIDDEN.get(kind, ()):
+        own = [[rank_data(it["seed"], r, it["length"]).tolist() for r in range(n)]
+               for it in items]
+        out[f"the exercise asks you to write it yourself, not to call {name}"] = _with(
+            expected, result=own, sent_to=silent, received_from=silent, collectives=[name])
     if kind != "broadcast":
         out["each rank sends to its right neighbour (rank + 1) % N and receives from its "
             "left one (rank - 1) % N; yours go the other way"] = _with(
@@ -126,7 +132,7 @@ def _common(kind: str, n: int, expected: dict[str, Any]) -> dict[str, Any]:
 def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
     """Hint -> the answer that mistake gives, for this case (see the module doc)."""
     expected = expected_answer(kind, n, items)
-    out = _common(kind, n, expected)
+    out = _common(kind, n, expected, items)
     datas = [[rank_data(it["seed"], r, it["length"]) for r in range(n)] for it in items]
     if kind in ("all_gather", "reduce_scatter"):
         out["you changed the input tensor; leave it as it is (work on a copy, e.g. "
