@@ -150,5 +150,5 @@ def test_generated_exercise_notebook_fails_only_in_graded_cells() -> None:
         else:
             assert errs == [], (index, errs)
         errors += len(errs)
-    assert graded == 3
+    assert graded == 5
     assert errors == graded

@@ -154,7 +154,8 @@ def test_sandbox_judges_plain_answers_only() -> None:
 
 def test_hints_that_used_to_mislead() -> None:
     """2.1 with N steps per phase, 4.1 with max for min, 2.3 adding in the all-gather."""
-    from dpsim.course.grading.ch02 import explain_ring
+    from dpsim.course.grading.compare import hint
+    from dpsim.course.grading.p2p_answers import expected_answer, slips
 
     def n_steps(nbytes: int, world_size: int, algorithm: str) -> list[int]:
         if algorithm == "naive":
@@ -169,11 +170,12 @@ def test_hints_that_used_to_mislead() -> None:
         return max(float(n), float(c), 1 / g if g else 0.0)
 
     assert "took the largest" in (run_check("4.1", largest).message or "")
-    data = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]),
-            torch.tensor([7.0, 8.0, 9.0])]
-    total = [12.0, 15.0, 18.0]
-    added = [[total[r] if c == r else total[c] + 1.0 for c in range(3)] for r in range(3)]
-    assert "adds the chunks it receives" in (explain_ring(data, added) or "")
+    items = [{"seed": 1, "length": 7}]
+    expected, mistakes = expected_answer("all_reduce", 3, items), slips("all_reduce", 3, items)
+    added = next(v for k, v in mistakes.items() if "adding it to your partial sum" in k)
+    words = hint(added, expected, mistakes, 1e-5, 1e-5)
+    assert "adding it to your partial sum" in words
+    assert "all-gather phase is missing" not in words
 
 
 def test_trusted_copy_restores_itself_and_sees_source_edits(tmp_path: Path) -> None:

@@ -211,3 +211,112 @@ def test_every_case_of_1_3_matters() -> None:
     expected = [c.expected for c in get_exercise("1.3").cases()]
     assert expected[-1] == 0
     assert all(e > 0 for e in expected[:-1])
+
+
+# --- 1.4: a step under autocast ----------------------------------------------------------------
+
+
+def autocast_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float,
+                  dtype: torch.dtype | None = torch.bfloat16, cast: bool = False,
+                  step: bool = True, scale: float = 1.0) -> torch.Tensor:
+    if cast:
+        model.to(torch.bfloat16)
+        x = x.to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    if step:
+        torch.optim.SGD(model.parameters(), lr=lr * scale).step()
+    return loss
+
+
+WRONG_AUTOCAST: dict[str, tuple[Callable[..., Any], str]] = {
+    "float32": (lambda m, x, y, lr: autocast_step(m, x, y, lr, dtype=None), "ran in float32"),
+    "bf16 model": (lambda m, x, y, lr: autocast_step(m, x, y, lr, cast=True),
+                   "cast the model to bfloat16"),
+    "no step": (lambda m, x, y, lr: autocast_step(m, x, y, lr, step=False), "did not change"),
+    "float16": (lambda m, x, y, lr: autocast_step(m, x, y, lr, dtype=torch.float16),
+                "float16 is not bfloat16"),
+    "twice the lr": (lambda m, x, y, lr: autocast_step(m, x, y, lr, scale=2.0),
+                     "not the right one"),
+    "no loss returned": (lambda m, x, y, lr: autocast_step(m, x, y, lr) and None,
+                         "not the right one"),
+}
+
+
+# --- 1.5: activation checkpointing --------------------------------------------------------------
+
+
+def run_blocks(blocks: list[torch.nn.Module], x: torch.Tensor, checkpointed: set[int],
+               reentrant: bool = False, which: str = "chosen") -> torch.Tensor:
+    from torch.utils.checkpoint import checkpoint
+
+    for i, block in enumerate(blocks):
+        chosen = {"chosen": i in checkpointed, "all": True, "none": False,
+                  "others": i not in checkpointed}.get(which, False)
+        if which == "no_grad" and i in checkpointed:
+            with torch.no_grad():
+                x = block(x)
+        elif chosen and which != "no_grad":
+            x = checkpoint(block, x, use_reentrant=reentrant)
+        else:
+            x = block(x)
+    return x
+
+
+WRONG_BLOCKS: dict[str, tuple[Callable[..., Any], str]] = {
+    name: ((lambda b, x, c, name=name: run_blocks(b, x, c, which=name)), hint)
+    for name, hint in (("none", "no block was checkpointed"), ("all", "every block"),
+                       ("others", "the other blocks"), ("no_grad", "torch.no_grad()"))
+}
+
+
+def test_1_4_and_1_5_right_answers_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    check("1.4", autocast_step)
+    check("1.5", run_blocks)
+    check("1.5", lambda b, x, c: run_blocks(b, x, c, reentrant=True))  # same saves here
+    assert capsys.readouterr().out == "PASS 1.4 (3/3)\nPASS 1.5 (3/3)\nPASS 1.5 (3/3)\n"
+
+
+@pytest.mark.parametrize(("exercise_id", "fn", "hint"), [
+    *[pytest.param("1.4", fn, hint, id=f"1.4-{n}") for n, (fn, hint) in WRONG_AUTOCAST.items()],
+    *[pytest.param("1.5", fn, hint, id=f"1.5-{n}") for n, (fn, hint) in WRONG_BLOCKS.items()],
+])
+def test_1_4_and_1_5_wrong_answers_are_caught(exercise_id: str, fn: Callable[..., Any],
+                                              hint: str) -> None:
+    result = run_check(exercise_id, fn)
+    assert not result.ok
+    assert hint in (result.message or ""), result.message
+
+
+def test_1_4_tolerance_separates_bf16_from_fp32() -> None:
+    """Every 1.4 case: the float32 step lies far outside the tolerance of the bf16 one."""
+    from dpsim.course.grading.autocast_checkpoint import GAP_FACTOR, STEP_ABS_TOL, torch_step
+
+    for case in get_exercise("1.4").cases():
+        fp32 = torch_step(*case.args, dtype=None)
+        gap = max(abs(a - b) for pa, pb in zip(case.expected["params"], fp32["params"],
+                                               strict=True) for a, b in zip(pa, pb, strict=True))
+        assert gap >= GAP_FACTOR * STEP_ABS_TOL
+        assert case.expected["logits_dtype"] == "torch.bfloat16"
+        assert case.expected["loss_dtype"] == "torch.float32"
+        assert set(case.expected["grad_dtypes"]) == {"torch.float32"}
+
+
+def test_1_5_checkpointing_saves_less_and_reruns_the_chosen_blocks() -> None:
+    for case in get_exercise("1.5").cases():
+        chosen = case.args[-1]
+        assert case.expected["forward_calls"] == [2 if i in chosen else 1
+                                                  for i in range(case.args[2])]
+        none = case.mistakes["no block was checkpointed: every block kept its activations"]
+        assert case.expected["saved_bytes"] < none["saved_bytes"]
+        assert core.same(case.expected["param_grads"], none["param_grads"], abs_tol=1e-6)
+
+
+def test_1_4_and_1_5_stubs_are_reported_as_not_done() -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError("Exercise 1.x: write your code here")
+
+    for exercise_id in ("1.4", "1.5"):
+        result = run_check(exercise_id, stub)
+        assert "not done yet" in (result.message or ""), result.message

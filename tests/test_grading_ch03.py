@@ -48,7 +48,7 @@ def device0_extra_bytes(batch_size: int, out_features: int, n_params: int,
 
 def test_right_answers_pass(capsys: pytest.CaptureFixture[str]) -> None:
     check("3.1", chunk_sizes)
-    check("3.1", scatter_sizes)
+    check("3.1", lambda b, n: [int(c.shape[0]) for c in torch.arange(b).chunk(n)])
     check("3.2", scatter)
     check("3.2", lambda x, n: list(x.chunk(n)))
     check("3.3", gather)
@@ -101,3 +101,83 @@ def test_wrong_answer_is_caught_with_its_hint(exercise_id: str, fn: Callable[...
     result = run_check(exercise_id, fn)
     assert answer_hidden(result), result.message
     assert str(info.value) == result.message
+
+
+# --- 3.5: DataParallel's forward by hand -----------------------------------------------------
+
+
+def data_parallel(module: torch.nn.Module, x: torch.Tensor, device_ids: list[int],
+                  output_device: int | None = None, dim: int = 0, *, slip: str = ""
+                  ) -> tuple[torch.Tensor, Any]:
+    import threading
+
+    from dpsim.runtime.dp_reenact import replicate_module
+
+    if output_device is None and slip != "no_default":
+        output_device = device_ids[0]
+    cut = 0 if slip == "dim0" else dim
+    inputs = x.chunk(len(device_ids), cut)
+    if len(device_ids) == 1 and slip != "always_replicate":
+        return module(inputs[0]), output_device
+    params = list(module.parameters())
+    copies = [[p.detach().requires_grad_() if slip == "detached" else p.clone() for p in params]
+              for _ in inputs]
+    replicas = [replicate_module(module, c) for c in copies]
+    outputs: list[Any] = [None] * len(inputs)
+
+    def apply(i: int) -> None:
+        outputs[i] = replicas[i](inputs[i])
+
+    if slip == "no_threads" or len(inputs) == 1:
+        for i in range(len(inputs)):
+            apply(i)
+    else:
+        threads = [threading.Thread(target=apply, args=(i,)) for i in range(len(inputs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if slip == "reversed":
+        outputs.reverse()
+    return torch.cat(outputs, cut), output_device
+
+
+WRONG_DP = [("no_default", "device_ids[0]"), ("detached", "p.clone()"),
+            ("no_threads", "one thread per replica"), ("always_replicate", "calls the module"),
+            ("dim0", "along `dim`"), ("reversed", "not the right one")]
+
+
+def test_3_5_right_answer_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    check("3.5", data_parallel)
+    assert capsys.readouterr().out == "PASS 3.5 (5/5)\n"
+
+
+@pytest.mark.parametrize(("slip", "hint"), WRONG_DP, ids=[s for s, _ in WRONG_DP])
+def test_3_5_wrong_answers_are_caught(slip: str, hint: str) -> None:
+    result = run_check("3.5", lambda m, x, ids, out, dim: data_parallel(m, x, ids, out, dim,
+                                                                        slip=slip))
+    assert not result.ok
+    assert hint in (result.message or ""), result.message
+
+
+def test_3_5_reference_is_torch_on_one_device() -> None:
+    """Every 3.5 case's expected outputs and gradients are one device's, within the tolerance."""
+    from dpsim.course.grading import get_exercise
+    from dpsim.course.grading.dp_forward import ABS_TOL, build
+
+    for case in get_exercise("3.5").cases():
+        module, x = build(case.args[0])
+        out = module(x)
+        out.square().mean().backward()
+        assert torch.allclose(out.detach().reshape(-1), torch.tensor(case.expected["output"]),
+                              atol=ABS_TOL, rtol=0)
+        for p, g in zip(module.parameters(), case.expected["param_grads"], strict=True):
+            assert p.grad is not None
+            assert torch.allclose(p.grad.reshape(-1), torch.tensor(g), atol=ABS_TOL, rtol=0)
+
+
+def test_3_5_stub_is_reported_as_not_done() -> None:
+    def data_parallel(*args: Any) -> Any:
+        raise NotImplementedError("Exercise 3.5: write your code here")
+
+    assert "not done yet" in (run_check("3.5", data_parallel).message or "")

@@ -41,7 +41,7 @@ How a chapter adds exercises
      in one sandbox process), must not call a forbidden name itself, and returns plain
      data: numbers, strings, None, lists and dicts of those, tensors (sent as nested
      lists). Decide right or wrong in the grader, never in the harness: a harness runs
-     beside the learner's code, which can change it. See `ch02.ring_on_ranks` and
+     beside the learner's code, which can change it. See `ranks.run_on_ranks` (chapter 2) and
      `ch05.average_on_ranks`, whose expected tensors the grader computes itself.
    - `Case.explain(answer)` (optional, runs in the grader on the plain answer) returns a
      hint, or None for the usual ones (`mistakes`, then "too large"/"too small").

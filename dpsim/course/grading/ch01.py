@@ -1,4 +1,5 @@
-"""Chapter 1 exercises: memory of single-device training.
+"""Chapter 1 exercises: memory of single-device training (1.1 to 1.3 here; 1.4, a step
+under autocast, and 1.5, activation checkpointing, in `autocast_checkpoint`).
 
 Reference answers come from `dpsim.memory` and `dpsim.workload`, and each is confirmed
 on real tensors while the cases are built (a disagreement is a bug in dpsim, raised as
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dpsim.course.grading import autocast_checkpoint as autocast_checkpoint  # 1.4, 1.5
 from dpsim.course.grading.core import Case, exercise
 from dpsim.memory import max_batch_size, model_state_bytes
 from dpsim.runtime.capture import workload_from_module

@@ -1,31 +1,35 @@
-"""Chapter 2 exercises: collectives and the ring all-reduce.
+"""Chapter 2 exercises: collectives from point-to-point messages.
 
 2.1 bytes each rank sends in a ring and in a naive all-reduce (answers from
     `dpsim.collectives.cost.bytes_sent_per_rank`); 2.2 the ring's reduce-scatter on simulated
-    ranks, step by step (answers from `dpsim.collectives.ring.ring_all_reduce_steps`); 2.3 a ring
-    all-reduce over torch.distributed point-to-point calls, run on 3 real gloo ranks and
-    compared with `dist.all_reduce`.
+    ranks, step by step (answers from `dpsim.collectives.ring.ring_all_reduce_steps`; the
+    input arrays must come back unchanged). 2.3 to 2.7 run the learner's function on 2, 3
+    or 4 real gloo ranks (`ranks.run_on_ranks`, every message counted): a ring all-reduce,
+    a ring all-gather, a ring reduce-scatter, a pipelined ring all-reduce (chunks cut in
+    segments) and a binomial-tree broadcast; results are compared with what torch computes
+    from the same data here, and the messages with the algorithm's pattern
+    (`p2p_answers`).
 """
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import torch
 
 from dpsim.collectives.cost import bytes_sent_per_rank
 from dpsim.collectives.ring import chunk_bounds, ring_all_reduce_steps
-from dpsim.course.grading.core import Case, exercise, rank_error
+from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.p2p_answers import expected_answer, slips
+from dpsim.course.grading.ranks import run_on_ranks
 
 # --- 2.1 ----------------------------------------------------------------------------------
 
 
 @exercise("2.1", function="all_reduce_bytes_sent", title="Bytes sent: ring vs naive",
-          points=1)
+          points=1, forbidden=("dpsim.collectives.cost.bytes_sent_per_rank",))
 def _bytes_sent_cases(rng: random.Random) -> Iterator[Case]:
     for algorithm in ("ring", "naive", "ring", "naive", "ring"):
         n = rng.randint(2, 16)
@@ -90,7 +94,7 @@ def _rs_shifted(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
 
 
 @exercise("2.2", function="reduce_scatter_steps", title="Reduce-scatter on simulated ranks",
-          points=2)
+          points=2, forbidden=("dpsim.collectives.ring.ring_all_reduce_steps",))
 def _reduce_scatter_cases(rng: random.Random) -> Iterator[Case]:
     for n, length in ((3, 6), (4, rng.randint(9, 15)), (2, 5), (5, 3), (4, rng.randint(20, 40))):
         arrays = [np.array([rng.randint(-9, 9) for _ in range(length)]) for _ in range(n)]
@@ -105,151 +109,109 @@ def _reduce_scatter_cases(rng: random.Random) -> Iterator[Case]:
                 _rs_shifted(arrays),
         }
         label = f"world_size={n}, length={length}, arrays={[a.tolist() for a in arrays]}"
-        yield Case(label, args=([a.copy() for a in arrays],), expected=expected,
-                   mistakes=mistakes)
+        listed = [[[int(v) for v in b] for b in step] for step in expected]
+        answer = {"steps": listed, "inputs_unchanged": True}
+        hints = {h: {"steps": [[[int(v) for v in b] for b in s] for s in wrong],
+                     "inputs_unchanged": True} for h, wrong in mistakes.items()}
+        hints["the reduce-scatter has N-1 steps (t = 0 .. N-2); your list has one step "
+              "fewer"] = {"steps": listed[:-1], "inputs_unchanged": True}
+        hints["you changed the input arrays; copy them first (np.array(a, copy=True)) and "
+              "work on the copies"] = {"steps": listed, "inputs_unchanged": False}
+        yield Case(label, args=([a.tolist() for a in arrays],), expected=answer,
+                   mistakes=hints, call=STEPS_RUNNER)
 
 
-# --- 2.3 ----------------------------------------------------------------------------------
-
-RING_RANKS = 3
-CORRECT = "every rank holds the element-wise sum, as dist.all_reduce gives"
-_SIZES_FIXED = (1, 2)  # shorter than the number of ranks: some chunks are empty
-
-
-def _ring_rank(rank: int, world_size: int, fn: Callable[..., Any], sizes: list[int],
-               seed: int) -> list[dict[str, Any]]:
-    """On one real rank: the learner's ring and dist.all_reduce on the same random data."""
-    import torch.distributed as dist
-
-    out = []
-    for i, n_elements in enumerate(sizes):
-        gen = torch.Generator().manual_seed(seed + 7919 * i + rank)
-        data = torch.randn(n_elements, generator=gen)
-        reference = data.clone()
-        dist.all_reduce(reference)
-        mine = data.clone()
-        returned = fn(mine)
-        result = returned if isinstance(returned, torch.Tensor) else mine
-        out.append({"input": data.numpy(), "result": result.detach().cpu().numpy().copy(),
-                    "sum": reference.numpy()})
-    return out
-
-
-def classify_ring(per_rank: list[dict[str, Any]]) -> str:
-    """In words, what the ranks hold after the learner's ring all-reduce (one size)."""
-    n = len(per_rank)
-    total = per_rank[0]["sum"]
-    if any(np.shape(r["result"]) != np.shape(total) for r in per_rank):
-        return "the result has another shape than the input"
-
-    def close(a: np.ndarray, b: np.ndarray) -> bool:
-        return bool(np.allclose(a, b, rtol=1e-5, atol=1e-5))
-
-    right = [close(r["result"], total) for r in per_rank]
-    if all(right):
-        return CORRECT
-    if all(close(r["result"], r["input"]) for r in per_rank):
-        return "every rank still holds its own data (nothing was summed into the tensor)"
-    bounds = chunk_bounds(len(total), n)
-    owned = [sum(close(r["result"][a:b], total[a:b]) for a, b in bounds if b > a)
-             for r in per_rank]
-    if all(k == 1 for k in owned) and len(total) >= n:
-        return "each rank holds the sum in one chunk only"
-    if all(close(r["result"], 2 * total) for r in per_rank):
-        return "every rank holds twice the sum"
-    if right[0] and not all(right):
-        return "rank 0 holds the sum, other ranks not"
-    return "the ranks do not hold the element-wise sum"
-
-
-_RING_RUNS: list[tuple[Any, Any]] = []  # (fn, per-rank results or the error), in the sandbox
-
-
-def _run_ring(fn: Callable[..., Any], sizes: list[int], seed: int
-              ) -> list[list[dict[str, Any]]]:
-    """Dry run here (catches a stub at once), then one real launch of 3 gloo ranks."""
-    for known, outcome in _RING_RUNS:
-        if known is fn:
-            if isinstance(outcome, BaseException):
-                raise outcome
-            return list(outcome)
+def _plain_steps(steps: Any) -> Any:
+    """The learner's steps as nested lists of ints (anything else as it is)."""
     try:
-        outcome = _launch_ring(fn, sizes, seed)
-    except Exception as exc:
-        _RING_RUNS.append((fn, exc))
-        raise
-    _RING_RUNS.append((fn, outcome))
-    return list(outcome)
-
-
-def _launch_ring(fn: Callable[..., Any], sizes: list[int], seed: int) -> Any:
-    try:
-        fn(torch.zeros(4))
-    except (ValueError, RuntimeError) as exc:
-        if "process group" not in str(exc):
-            raise
-    from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
-
-    try:
-        return launch(_ring_rank, RING_RANKS, args=(fn, sizes, seed), backend="gloo",
-                      timeout_s=45)
-    except RankFailedError as exc:
-        raise rank_error(exc) from None
-    except LaunchTimeoutError:
-        raise RuntimeError(
-            "the ranks waited forever (stopped after 45 s): with blocking send/recv, if "
-            "every rank sends before it receives they all wait; post the receive with "
-            "dist.irecv (and the send with dist.isend), then wait on both") from None
-
-
-def ring_on_ranks(fn: Callable[..., Any], sizes: list[int], seed: int, index: int
-                  ) -> list[list[float]]:
-    """Harness of 2.3 (runs in the sandbox): what each rank holds after `fn`, for one size."""
-    return [rank[index]["result"].tolist() for rank in _run_ring(fn, sizes, seed)]
-
-
-def _rank_data(seed: int, index: int, n_elements: int) -> list[torch.Tensor]:
-    """The data each rank starts with (as `_ring_rank` makes it), rebuilt by the grader."""
-    return [torch.randn(n_elements, generator=torch.Generator().manual_seed(
-        seed + 7919 * index + rank)) for rank in range(RING_RANKS)]
-
-
-_RING_HINTS = {
-    "each rank holds the sum in one chunk only":
-        "each rank holds the sum in one chunk only: either the all-gather phase is missing "
-        "(after the reduce-scatter each rank owns one summed chunk; N-1 more steps pass them "
-        "around) or it adds the chunks it receives instead of copying them",
-    "every rank still holds its own data (nothing was summed into the tensor)":
-        "sum into the tensor you were given (in place), or return the result",
-    "every rank holds twice the sum":
-        "the all-gather phase must overwrite (copy) chunks, not add them",
-    "rank 0 holds the sum, other ranks not":
-        "that is a reduce to rank 0; an all-reduce leaves the sum on every rank",
-}
-
-
-def explain_ring(data: list[torch.Tensor], answer: Any) -> str | None:
-    """Grader-side hint of 2.3 from the plain answer (what each rank holds)."""
-    try:
-        total = torch.stack([d.double() for d in data]).sum(0).numpy()
-        per_rank = [{"input": d.numpy(), "result": np.asarray(a, dtype=np.float64),
-                     "sum": total} for d, a in zip(data, answer, strict=True)]
-        words = classify_ring(per_rank)
+        return [[[int(v) for v in np.asarray(b).reshape(-1)] for b in step] for step in steps]
     except (TypeError, ValueError):
+        return steps
+
+
+def run_steps(fn: Callable[..., Any], arrays: list[list[int]]) -> dict[str, Any] | None:
+    """Call fn on numpy copies of `arrays`; its steps as lists, and whether the inputs
+    came back unchanged."""
+    given = [np.array(a, dtype=np.int64) for a in arrays]
+    steps = fn(given)
+    if steps is None:
         return None
-    return _RING_HINTS.get(words, words)
+    return {"steps": _plain_steps(steps),
+            "inputs_unchanged": all(np.array_equal(g, np.array(a)) for g, a in
+                                    zip(given, arrays, strict=True))}
+
+
+STEPS_RUNNER: Callable[..., Any] = run_steps  # Case.call: call(fn, *args)
+
+
+
+
+# --- 2.3 to 2.7: on real gloo ranks --------------------------------------------------------
+
+
+# Case.call takes a runner by its own signature, call(fn, *args)
+RANKS_RUNNER: Callable[..., Any] = run_on_ranks
+
+
+def _ranks_case(kind: str, n: int, items: list[dict[str, Any]], what: str) -> Case:
+    """One launch of n gloo ranks running the learner's function on every item."""
+    return Case(f"{n} gloo ranks; {what}", args=(kind, n, items),
+                expected=expected_answer(kind, n, items), mistakes=slips(kind, n, items),
+                call=RANKS_RUNNER)
+
+
+def _lengths(items: list[dict[str, Any]]) -> str:
+    return ", ".join(str(it["length"]) for it in items)
 
 
 @exercise("2.3", function="ring_all_reduce", title="A ring all-reduce over send/recv",
-          points=3)
+          points=3, forbidden=("dpsim.runtime.collective_workers.ring_all_reduce_",))
 def _ring_cases(rng: random.Random) -> Iterator[Case]:
-    sizes = [rng.randint(3, 40), rng.randint(1000, 5000), RING_RANKS * rng.randint(100, 400),
-             *_SIZES_FIXED]
-    seed = rng.randint(0, 10**6)
-    for index, n_elements in enumerate(sizes):
-        data = _rank_data(seed, index, n_elements)
-        total = torch.stack([d.double() for d in data]).sum(0).tolist()
-        yield Case(f"{RING_RANKS} gloo ranks, a float32 tensor of {n_elements} random "
-                   "element(s) on each", args=(sizes, seed, index), expected=[total] * RING_RANKS,
-                   rel_tol=1e-5, abs_tol=1e-5, call=ring_on_ranks,
-                   explain=functools.partial(explain_ring, data))
+    for n in (3, 2):
+        lengths = [n - 1, rng.randint(n + 1, 4 * n), n * rng.randint(2, 3)]
+        items = [{"seed": rng.randint(0, 10**6), "length": k} for k in lengths]
+        yield _ranks_case("all_reduce", n, items, f"tensors of {_lengths(items)} element(s) "
+                          "(whole numbers in float32; the shortest leaves some chunks empty)")
+
+
+@exercise("2.4", function="ring_all_gather", title="A ring all-gather over send/recv",
+          points=2)
+def _all_gather_cases(rng: random.Random) -> Iterator[Case]:
+    for n in (2, 3):
+        items = [{"seed": rng.randint(0, 10**6), "length": k}
+                 for k in (1, rng.randint(2, 6))]
+        yield _ranks_case("all_gather", n, items,
+                          f"every rank gives a tensor of {_lengths(items)} element(s)")
+
+
+@exercise("2.5", function="ring_reduce_scatter", title="A ring reduce-scatter over send/recv",
+          points=2)
+def _reduce_scatter_ranks_cases(rng: random.Random) -> Iterator[Case]:
+    for n in (3, 2):
+        lengths = [n - 1, rng.randint(n + 1, 4 * n)]
+        items = [{"seed": rng.randint(0, 10**6), "length": k} for k in lengths]
+        yield _ranks_case("reduce_scatter", n, items, f"tensors of {_lengths(items)} "
+                          "element(s) (the shortest leaves some chunks empty)")
+
+
+@exercise("2.6", function="pipelined_ring_all_reduce", title="A pipelined ring all-reduce",
+          points=2, forbidden=("dpsim.runtime.collective_workers.ring_all_reduce_",))
+def _pipelined_cases(rng: random.Random) -> Iterator[Case]:
+    for n in (2, 3):
+        items = []
+        for k in (2, rng.randint(3, 4)):
+            items.append({"seed": rng.randint(0, 10**6), "n_segments": k,
+                          "length": n * k + rng.randint(0, 2 * n * k)})
+        what = "; ".join(f"{it['length']} elements in {it['n_segments']} segments per chunk"
+                         for it in items)
+        yield _ranks_case("pipelined", n, items, what)
+
+
+@exercise("2.7", function="tree_broadcast", title="A binomial-tree broadcast", points=2)
+def _broadcast_cases(rng: random.Random) -> Iterator[Case]:
+    for n in (4, 3):
+        roots = [rng.randint(1, n - 1), rng.randint(0, n - 1)]
+        items = [{"seed": rng.randint(0, 10**6), "length": rng.randint(1, 5), "root": root}
+                 for root in roots]
+        what = ", ".join(f"root {it['root']} ({it['length']} elements)" for it in items)
+        yield _ranks_case("broadcast", n, items, what)

@@ -1,4 +1,5 @@
-"""Chapter 3 exercises: DataParallel's scatter and gather, and device 0's extra memory.
+"""Chapter 3 exercises: DataParallel's scatter and gather, and device 0's extra memory
+(3.5, DataParallel's whole forward by hand, is in `dp_forward`).
 
 Reference answers come from torch itself (`Tensor.chunk`, `torch.cat`) and from
 `dpsim.strategies.dp`; each is cross-checked while the cases are built (a disagreement
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
+from dpsim.course.grading import dp_forward as dp_forward  # registers 3.5
 from dpsim.course.grading.core import Case, exercise
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.models import mlp
@@ -33,7 +35,8 @@ def _spread(batch: int, n: int) -> list[int]:
     return [batch // n + (r < batch % n) for r in range(n)]
 
 
-@exercise("3.1", function="chunk_sizes", title="How DataParallel splits a batch", points=1)
+@exercise("3.1", function="chunk_sizes", title="How DataParallel splits a batch", points=1,
+          forbidden=("dpsim.strategies.dp.scatter_sizes",))
 def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
     shapes = [*_SHAPES, (rng.randint(11, 99), rng.randint(3, 8))]
     for batch, n in shapes:

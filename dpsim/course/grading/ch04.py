@@ -1,7 +1,10 @@
-"""Chapter 4 exercises: the GIL's speed-up bound, a GIL share, and measured speed-ups.
+"""Chapter 4 exercises: the GIL's speed-up bound, a GIL share, measured speed-ups, and
+threads against processes in the GIL model.
 
 Reference answers come from `dpsim.gil` (checked against its own simulation while the
-cases are built; a disagreement is a bug in dpsim, raised as RuntimeError).
+cases are built; a disagreement is a bug in dpsim, raised as RuntimeError). 4.4 is graded
+by the structure the learner builds (the segments of a measured thread) and by what
+`dpsim.gil.schedule` makes of it, never by a clock.
 """
 
 from __future__ import annotations
@@ -9,9 +12,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
+from typing import Any
 
 from dpsim.course.grading.core import Case, exercise
-from dpsim.gil import GILConfig, predict_speedup, simulate
+from dpsim.gil import DEFAULT_SWITCH_INTERVAL_S, GILConfig, predict_speedup, schedule, simulate
 
 
 def _amdahl(g: float, n: int) -> float:
@@ -24,7 +28,8 @@ def _largest(g: float, n: int, cores: int) -> float | None:
     return None if g and largest == 1 / g else largest
 
 
-@exercise("4.1", function="predicted_speedup", title="The GIL's speed-up bound", points=2)
+@exercise("4.1", function="predicted_speedup", title="The GIL's speed-up bound", points=2,
+          forbidden=("dpsim.gil.predict_speedup",))
 def _speedup_cases(rng: random.Random) -> Iterator[Case]:
     cases = [(0.0, 4, 8), (1.0, 4, 8), (0.25, 8, 16), (0.1, 4, 2),
              (round(rng.uniform(0.3, 0.6), 2), rng.randint(2, 6), 64)]
@@ -100,4 +105,80 @@ def _measured_cases(rng: random.Random) -> Iterator[Case]:
                 "you inverted it (t(k) / t(1) per worker)": {k: times[k] / (k * t1)
                                                             for k in counts},
             },
+        )
+
+
+# --- 4.4 -------------------------------------------------------------------------------------
+
+
+def model_segments(intervals: list[tuple[str, float, float]], *, swap: bool = False,
+                   gaps: bool = False) -> list[tuple[str, float]]:
+    """The GIL model's segments of a measured thread (or a slip: kinds swapped, gaps kept)."""
+    kinds = {"python": "free", "native": "gil"} if swap else {"python": "gil", "native": "free"}
+    out: list[tuple[str, float]] = []
+    last_end = None
+    for kind, start, end in sorted(intervals, key=lambda iv: iv[1]):
+        if gaps and last_end is not None and start > last_end:
+            out.append(("free", start - last_end))
+        out.append((kinds[kind], end - start))
+        last_end = end
+    return out
+
+
+def race(intervals: list[tuple[str, float, float]], n_workers: int, n_cores: int | None,
+         start_s: float, *, slip: str = "") -> dict[str, Any]:
+    """Threads under one GIL against processes with a GIL each, in dpsim.gil (or a slip)."""
+    segs = model_segments(intervals, swap=slip == "swap", gaps=slip == "gaps")
+    cores = None if slip == "cores" else n_cores
+    threads_s = schedule([segs] * n_workers, DEFAULT_SWITCH_INTERVAL_S, cores).end_s
+    alone = segs if slip == "one_gil" else [("free", s) for _, s in segs]
+    processes_s = schedule([alone] * n_workers, DEFAULT_SWITCH_INTERVAL_S, cores).end_s
+    if slip != "no_start":
+        processes_s += start_s
+    return {"threads_s": threads_s, "processes_s": processes_s,
+            "faster": "threads" if threads_s <= processes_s else "processes"}
+
+
+def _intervals(rng: random.Random, share: float, n_ops: int) -> list[tuple[str, float, float]]:
+    t, out = 0.0, []
+    for _ in range(n_ops):
+        work = rng.uniform(0.002, 0.01)
+        py = round(work * share * rng.uniform(0.8, 1.2), 5)
+        native = round(work - py, 5) if work > py else 0.0005
+        out.append(("python", round(t, 5), round(t + py, 5)))
+        out.append(("native", round(t + py, 5), round(t + py + native, 5)))
+        t += py + native + rng.choice([0.0, 0.0, round(rng.uniform(0.0005, 0.002), 5)])
+    rng.shuffle(out)  # measurements need not come in order
+    return out
+
+
+@exercise("4.4", function="threads_or_processes", title="Threads or processes, by the GIL model",
+          points=2)
+def _race_cases(rng: random.Random) -> Iterator[Case]:
+    for share, n_workers, n_cores, start_s in (
+            (0.9, 4, 4, 0.01), (0.1, 4, 8, 0.05), (round(rng.uniform(0.4, 0.6), 2), 2, 2, 0.0),
+            (round(rng.uniform(0.6, 0.8), 2), rng.randint(3, 6), 2, 0.02)):
+        while True:  # no near-tie: which side wins must not hang on float rounding
+            intervals = _intervals(rng, share, rng.randint(4, 10))
+            args = (intervals, n_workers, n_cores, start_s)
+            expected = race(*args)
+            if abs(expected["threads_s"] - expected["processes_s"]) > 1e-3 * expected[
+                    "threads_s"]:
+                break
+        slips = {
+            "each process has its own GIL: no Python segment of one process waits for "
+            "another's, so model the processes' segments as GIL-free": "one_gil",
+            "starting a process costs start_s (spawn, import torch): add it to the "
+            "processes' time": "no_start",
+            "pass n_cores to dpsim.gil.schedule: the workers share the cores": "cores",
+            "a 'python' interval holds the GIL (segment kind 'gil'); a 'native' one is "
+            "GIL-free ('free'); yours are swapped": "swap",
+            "the gaps between intervals are not work (the thread did neither): leave "
+            "them out of the segments": "gaps",
+        }
+        yield Case(
+            f"threads_or_processes({len(intervals)} intervals, Python share about {share}, "
+            f"n_workers={n_workers}, n_cores={n_cores}, start_s={start_s})",
+            args=args, expected=expected, rel_tol=1e-9, abs_tol=1e-12,
+            mistakes={hint: race(*args, slip=slip) for hint, slip in slips.items()},
         )
