@@ -103,8 +103,9 @@ def _zero_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[
             x, y = batch(spec["widths"], spec["seed"], rank, i)
             nn.functional.mse_loss(model(x), y).backward()
             for p in model.parameters():  # what DDP leaves: the average over the ranks
-                dist.all_reduce(p.grad)
-                p.grad /= world_size
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world_size
             step()
     return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(),
             "state_bytes": sum(state_bytes(o) for o in built)}
@@ -121,7 +122,7 @@ def run_zero1(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
 @exercise("6.5", function="make_zero1", title="ZeRO-1 by hand: shard the optimizer state",
           points=4)
 def _zero_cases(rng: random.Random) -> Iterator[Case]:
-    specs = [{"world_size": ws, "seed": rng.randint(0, 999),
+    specs: list[dict[str, Any]] = [{"world_size": ws, "seed": rng.randint(0, 999),
               "widths": [rng.randint(3, 24) for _ in range(rng.randint(3, 4))]}
              for ws in (2, 3)]
     for index, spec in enumerate(specs):
@@ -132,7 +133,8 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
         def per_rank(owned: list[list[int]], numels: list[int] = numels) -> list[int]:
             return [ADAM_STATE_BYTES * sum(numels[i] for i in part) for part in owned]
 
-        def outcome(bytes_: list[int], ws: int = ws) -> dict[str, Any]:
+        def outcome(bytes_: list[int], ws: int = ws, right: list[float] = right
+                    ) -> dict[str, Any]:
             return {"params": [right] * ws, "optimizer_state_bytes": bytes_}
 
         label = (f"{ws} gloo ranks, Linear widths {widths} (parameter sizes {numels}), "

@@ -52,7 +52,7 @@ def _local_grads(widths: list[int], seed: int, rank: int) -> torch.Tensor:
     model = make_model(widths, seed)
     x, y = batch(widths, rank)
     nn.functional.mse_loss(model(x), y).backward()
-    return torch.cat([p.grad.flatten() for p in model.parameters()])
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
 def _worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
@@ -125,7 +125,8 @@ def _grad_cases(rng: random.Random) -> Iterator[Case]:
 def _bucket_spec(rng: random.Random, world_size: int) -> dict[str, Any]:
     """A model of 3 Linear layers and a cap that gives at least 3 buckets."""
     while True:
-        spec = {"kind": "buckets", "world_size": world_size, "seed": rng.randint(0, 999),
+        spec: dict[str, Any] = {
+                "kind": "buckets", "world_size": world_size, "seed": rng.randint(0, 999),
                 "widths": [rng.randint(100, 300) for _ in range(4)],
                 "bucket_cap_mb": round(rng.uniform(0.05, 0.15), 3)}
         model = make_model(spec["widths"], 0)
