@@ -198,8 +198,9 @@ def _torch_facts(rank: int, world_size: int, zero_specs: list[dict[str, Any]]
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(3, d) for d in DIM0S])
     fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)))
-    shards = [p.to_local().detach().double().tolist() for p in model.parameters()]
-    zero = []
+    shards = [p.to_local().detach().double().tolist()  # type: ignore[attr-defined]  # DTensor
+              for p in model.parameters()]
+    zero: list[dict[str, Any] | None] = []
     for spec in zero_specs:
         ws = spec["world_size"]
         group = dist.new_group(list(range(ws)))
