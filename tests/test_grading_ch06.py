@@ -299,3 +299,78 @@ def test_6_5_partition_follows_torch_rule() -> None:
 
     assert zero_partition([10, 30, 20, 30], 2) == [[1, 2], [3, 0]]  # largest first, ties kept
     assert zero_partition([5], 3) == [[0], [], []]
+
+
+# --- 6.6 ----------------------------------------------------------------------------------
+def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=True):  # type: ignore[no-untyped-def]
+    import torch.distributed.checkpoint as dcp
+    from torch import nn
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    policy = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
+    x, y = torch.tensor(data["x"]), torch.tensor(data["y"])
+    b = len(x) // world_size
+    mine_x, mine_y = x[rank * b:(rank + 1) * b], y[rank * b:(rank + 1) * b]
+
+    def build():  # type: ignore[no-untyped-def]
+        torch.manual_seed(config["seed"])
+        h = config["hidden"]
+        model = nn.Sequential(nn.Linear(x.shape[1], h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(),
+                              nn.Linear(h, 1))
+        for block in (model[0], model[2], model[4]):
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        return model, torch.optim.Adam(model.parameters(), lr=config["lr"])
+
+    def train(model, optimizer, steps):  # type: ignore[no-untyped-def]
+        for _ in range(steps):
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(mine_x), mine_y).backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config["max_norm"])
+            optimizer.step()
+
+    model, optimizer = build()
+    train(model, optimizer, config["steps_before"])
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint_dir)
+    model, optimizer = build()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=checkpoint_dir)
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    train(model, optimizer, config["steps_after"])
+    return {k: v.full_tensor().flatten().tolist() for k, v in model.state_dict().items()}
+
+
+def fsdp2_no_clip(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=False)
+
+
+@pytest.mark.slow
+def test_6_6_right_answer_passes_on_2_and_3_ranks() -> None:
+    result = run_check("6.6", fsdp2_train)
+    assert result.ok, result.message
+
+
+@pytest.mark.slow
+def test_6_6_missing_clipping_is_caught() -> None:
+    result = run_check("6.6", fsdp2_no_clip)
+    assert not result.ok
+    assert "did not clip" in (result.message or ""), result.message
+
+
+def test_6_6_reference_tells_the_mistakes_apart() -> None:
+    from dpsim.course.grading.ch06_fsdp2 import ABS_TOL, reference_training
+
+    for case in get_exercise("6.6").cases():
+        spec = case.args[0][case.args[1]]
+        right = case.expected["params"][0]
+        for kwargs in ({"clip": False}, {"resume": "no_optimizer"}, {"resume": "nothing"}):
+            wrong = reference_training(spec["data"], spec["config"], **kwargs)
+            gap = max(abs(a - b) for k in right for a, b in zip(right[k], wrong[k], strict=True))
+            assert gap > 100 * ABS_TOL, kwargs

@@ -23,7 +23,7 @@ def fewest_devices(curve, memory_bytes, target_step_s):  # type: ignore[no-untyp
     return min(ok) if ok else None
 
 
-def largest_batch(peak_at_1, peak_at_2, memory_bytes, n_devices):  # type: ignore[no-untyped-def]
+def largest_global_batch(peak_at_1, peak_at_2, memory_bytes, n_devices):  # type: ignore[no-untyped-def]
     if peak_at_1 > memory_bytes:
         return 0
     return n_devices * (1 + (memory_bytes - peak_at_1) // (peak_at_2 - peak_at_1))
@@ -59,7 +59,7 @@ def fewest_no_memory(curve, memory_bytes, target_step_s):  # type: ignore[no-unt
 
 
 def batch_local(peak_at_1, peak_at_2, memory_bytes, n_devices):  # type: ignore[no-untyped-def]
-    return largest_batch(peak_at_1, peak_at_2, memory_bytes, n_devices) // n_devices
+    return largest_global_batch(peak_at_1, peak_at_2, memory_bytes, n_devices) // n_devices
 
 
 def batch_no_fixed(peak_at_1, peak_at_2, memory_bytes, n_devices):  # type: ignore[no-untyped-def]
@@ -67,7 +67,7 @@ def batch_no_fixed(peak_at_1, peak_at_2, memory_bytes, n_devices):  # type: igno
 
 
 RIGHT: list[tuple[str, Callable[..., Any]]] = [
-    ("7.1", choose_strategy), ("7.2", fewest_devices), ("7.3", largest_batch)]
+    ("7.1", choose_strategy), ("7.2", fewest_devices), ("7.3", largest_global_batch)]
 WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("7.1", choose_no_memory, "did not check memory"),
     ("7.1", choose_last_device, "device 0"),

@@ -154,5 +154,6 @@ def _largest_cases(rng: random.Random) -> Iterator[Case]:
                    rel_tol=1e-6)
 
 
-# 6.5 lives in its own module; importing it registers it with this chapter
+# 6.5 and 6.6 live in their own modules; importing them registers them with this chapter
+from dpsim.course.grading import ch06_fsdp2 as ch06_fsdp2  # noqa: E402
 from dpsim.course.grading import ch06_zero as ch06_zero  # noqa: E402

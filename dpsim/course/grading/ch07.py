@@ -127,7 +127,7 @@ def _devices_cases(rng: random.Random) -> Iterator[Case]:
 # --- 7.3 ----------------------------------------------------------------------------------
 
 
-def _largest_global_batch(model: str, cluster: str, strategy: str, n: int, memory: int
+def _planner_largest_batch(model: str, cluster: str, strategy: str, n: int, memory: int
                           ) -> int:
     """The largest global batch (n x local batch) whose plan fits `memory`, by search."""
     def fits(local: int) -> bool:
@@ -145,7 +145,7 @@ def _largest_global_batch(model: str, cluster: str, strategy: str, n: int, memor
     return n * low
 
 
-@exercise("7.3", function="largest_batch",
+@exercise("7.3", function="largest_global_batch",
           title="The largest global batch that fits, from two plans", points=2,
           forbidden=FORBIDDEN)
 def _batch_cases(rng: random.Random) -> Iterator[Case]:
@@ -158,7 +158,7 @@ def _batch_cases(rng: random.Random) -> Iterator[Case]:
             memory = memory * rng.choice([1, 2]) // 2
         one, two = (max(plan(get_workload(model), CLUSTERS[cluster], strategy, n, n * b)
                         .peak_bytes) for b in (1, 2))
-        right = _largest_global_batch(model, cluster, strategy, n, memory)
+        right = _planner_largest_batch(model, cluster, strategy, n, memory)
         per_sample = two - one
         linear = n * max(0, (memory - one) // per_sample + 1) if one <= memory else 0
         if linear != right:

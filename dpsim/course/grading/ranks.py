@@ -119,12 +119,12 @@ def stub_message(fn: Callable[..., Any]) -> str | None:
     if len(body) != 1 or not isinstance(body[0], ast.Raise):
         return None
     exc = body[0].exc
-    if (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name)
-            and exc.func.id == "NotImplementedError" and exc.args
-            and isinstance(exc.args[0], ast.Constant) and isinstance(exc.args[0].value, str)
-            and "write your code" in exc.args[0].value):
-        return exc.args[0].value
-    return None
+    if not (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name)
+            and exc.func.id == "NotImplementedError" and exc.args):
+        return None
+    text = ast.unparse(exc.args[0]) if isinstance(exc.args[0], ast.JoinedStr) else (
+        exc.args[0].value if isinstance(exc.args[0], ast.Constant) else None)
+    return text if isinstance(text, str) and "write your code" in text else None
 
 
 def _remember(key: tuple[str, int, str], fn: Any, result: Any, error: BaseException | None
