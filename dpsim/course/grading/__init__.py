@@ -42,7 +42,7 @@ How a chapter adds exercises
      data: numbers, strings, None, lists and dicts of those, tensors (sent as nested
      lists). Decide right or wrong in the grader, never in the harness: a harness runs
      beside the learner's code, which can change it. See `ranks.run_on_ranks` (chapter 2) and
-     `ch05.average_on_ranks`, whose expected tensors the grader computes itself.
+     `ch05.run_average`, whose expected tensors the grader computes itself.
    - `Case.explain(answer)` (optional, runs in the grader on the plain answer) returns a
      hint, or None for the usual ones (`mistakes`, then "too large"/"too small").
    - Cases depend only on the seeded `rng` (and torch's seeded RNG): `Exercise.cases(seed)`

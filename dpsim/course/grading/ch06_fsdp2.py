@@ -1,0 +1,136 @@
+"""Exercise 6.6: FSDP2 training with clipping and a sharded checkpoint, on 2 and 3 real ranks.
+
+The learner's `fsdp2_train(rank, world_size, data, config, checkpoint_dir)` runs inside the
+process group: it wraps each Linear with `fully_shard` and then the root (with a
+`MixedPrecisionPolicy`), trains with Adam and `clip_grad_norm_` on the DTensor parameters,
+saves model and optimizer with `torch.distributed.checkpoint`, builds everything afresh,
+loads the checkpoint and trains on. The reference is one process that trains the same
+model on the global batch without stopping; the checkpoint directory is read back to see
+that every rank wrote its own shards.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.rank_specs import Bound, join, run_specs
+
+# float32 throughout (the policy keeps fp32 here so the comparison is exact up to the
+# order of sums, ~1e-7); every mistake below moves some parameter by more than 1e-3
+ABS_TOL = 1e-5
+
+
+def make_model(in_features: int, hidden: int, seed: int) -> nn.Module:
+    """The model of exercise 6.6: three Linear layers with Tanh between them."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
+                         nn.Tanh(), nn.Linear(hidden, 1))
+
+
+def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any], *,
+                       clip: bool = True, resume: str = "all") -> dict[str, list[float]]:
+    """One process, the global batch, no stop. resume: "all", "no_optimizer" (Adam restarts
+    at the checkpoint), "nothing" (training restarts from the initial model)."""
+    x, y = torch.tensor(data["x"]), torch.tensor(data["y"])
+    model = make_model(x.shape[1], config["hidden"], config["seed"])
+    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    for step in range(config["steps_before"] + config["steps_after"]):
+        if step == config["steps_before"] and resume != "all":
+            if resume == "nothing":
+                model = make_model(x.shape[1], config["hidden"], config["seed"])
+            opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config["max_norm"])
+        opt.step()
+    return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
+
+
+def _chunks(checkpoint_dir: str) -> int | str:
+    """How many pieces the first Linear's weight was saved in (1: not sharded)."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        meta = dcp.FileSystemReader(checkpoint_dir).read_metadata().state_dict_metadata
+    except Exception as exc:  # no checkpoint, or not a DCP one
+        return f"no torch.distributed.checkpoint in checkpoint_dir ({type(exc).__name__})"
+    keys = [k for k in meta if k.endswith("0.weight") and "state" not in k]
+    return len(getattr(meta[keys[0]], "chunks", [])) if keys else "no model weights saved"
+
+
+def _fsdp2_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
+                  init_method: str, path: str) -> dict[str, Any]:
+    """On a real rank: the learner's training; its parameters; the checkpoint's layout."""
+    import torch.distributed as dist
+
+    checkpoint_dir = path + "_checkpoint"
+    with join(rank, world_size, init_method):
+        params = fn(rank, world_size, spec["data"], spec["config"], checkpoint_dir)
+        dist.barrier()
+        out: dict[str, Any] = {"params": params if not isinstance(params, dict) else {
+            str(k): (v.flatten().tolist() if torch.is_tensor(v) else v)
+            for k, v in params.items()}}
+        if rank == 0:
+            out["chunks"] = _chunks(checkpoint_dir)
+            out["files"] = sorted(f for f in os.listdir(checkpoint_dir) if f.endswith(".distcp")
+                                  ) if os.path.isdir(checkpoint_dir) else []
+    return out
+
+
+def run_fsdp2(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
+              ) -> dict[str, Any]:
+    """Case `index`: every rank's full parameters, the saved weight's pieces, writer ranks."""
+    ranks = run_specs(_fsdp2_worker, fn, specs)[index]
+    return {"params": [r["params"] for r in ranks], "weight_saved_in_pieces": ranks[0]["chunks"],
+            "ranks_that_wrote_shards": len(ranks[0]["files"])}
+
+
+def _spec(rng: random.Random, world_size: int) -> dict[str, Any]:
+    b, d = rng.choice([2, 3]), rng.randint(3, 6)
+    g = torch.Generator().manual_seed(rng.randint(0, 10**6))
+    x = torch.randn(world_size * b, d, generator=g)
+    y = x.sum(1, keepdim=True).sin()
+    config = {"hidden": rng.choice([5, 7, 8]), "seed": rng.randint(0, 999), "lr": 0.05,
+              "max_norm": round(rng.uniform(0.2, 0.5), 2), "steps_before": 2,
+              "steps_after": 2}
+    return {"world_size": world_size, "data": {"x": x.tolist(), "y": y.tolist()},
+            "config": config}
+
+
+@exercise("6.6", function="fsdp2_train",
+          title="FSDP2: shard, clip, save a sharded checkpoint, resume", points=4)
+def _fsdp2_cases(rng: random.Random) -> Iterator[Case]:
+    specs = [_spec(rng, 2), _spec(rng, 3)]
+    for index, spec in enumerate(specs):
+        ws, config = spec["world_size"], spec["config"]
+
+        def outcome(params: dict[str, list[float]], ws: int = ws) -> dict[str, Any]:
+            return {"params": [params] * ws, "weight_saved_in_pieces": ws,
+                    "ranks_that_wrote_shards": ws}
+
+        label = (f"{ws} gloo ranks, {len(spec['data']['x'])} samples, hidden="
+                 f"{config['hidden']}, max_norm={config['max_norm']}, "
+                 f"{config['steps_before']} steps, checkpoint, {config['steps_after']} steps")
+        yield Case(label, args=(specs, index),
+                   expected=outcome(reference_training(spec["data"], config)),
+                   call=Bound(run_fsdp2, specs, index), abs_tol=ABS_TOL, mistakes={
+                       "you did not clip the gradients (clip_grad_norm_ works on the "
+                       "sharded DTensor gradients)":
+                           outcome(reference_training(spec["data"], config, clip=False)),
+                       "the optimizer state was not restored: save and load it with the "
+                       "model (get_state_dict / set_state_dict)":
+                           outcome(reference_training(spec["data"], config,
+                                                      resume="no_optimizer")),
+                       "the loaded checkpoint never reached the model: training restarted "
+                       "from the initial parameters":
+                           outcome(reference_training(spec["data"], config,
+                                                      resume="nothing")),
+                   })

@@ -1,0 +1,110 @@
+"""Chapter 8 checks: measurements written on real ranks pass; wrong ones are caught."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dpsim.course.grading import get_exercise, run_check
+from dpsim.course.grading.ch05 import torch_bucket_sizes
+from dpsim.course.grading.ch08 import make_model
+
+
+def measure_wrap(model, wrap=True):  # type: ignore[no-untyped-def]
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    before = float(sum(p.detach().double().sum() for p in model.parameters()))
+    if wrap:
+        DDP(model)
+    return {"before": before, "after": float(sum(p.detach().double().sum()
+                                                 for p in model.parameters()))}
+
+
+def measure_wrap_unwrapped(model):  # type: ignore[no-untyped-def]
+    return measure_wrap(model, wrap=False)
+
+
+def measure_gradients(model, x, y):  # type: ignore[no-untyped-def]
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    local = copy.deepcopy(model)
+    ddp = DDP(model)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    nn.functional.mse_loss(local(x), y).backward()
+    mine = torch.cat([p.grad.flatten() for p in local.parameters()])
+    theirs = torch.cat([p.grad.flatten() for p in ddp.module.parameters()])
+    everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    mean = torch.stack(everyone).mean(0)
+    return {"vs_mean": float((theirs - mean).abs().max()),
+            "vs_local": float((theirs - mine).abs().max())}
+
+
+def measure_buckets(model, bucket_cap_mb, x, y, pass_cap=True):  # type: ignore[no-untyped-def]
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb) if pass_cap else DDP(model)
+    sizes = []
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]
+        sizes.append(bucket.buffer().numel())
+        return allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    out = {}
+    for name in ("first", "second"):
+        sizes.clear()
+        ddp.zero_grad()
+        nn.functional.mse_loss(ddp(x), y).backward()
+        out[name] = list(sizes)
+    return out
+
+
+def measure_buckets_default_cap(model, bucket_cap_mb, x, y):  # type: ignore[no-untyped-def]
+    return measure_buckets(model, bucket_cap_mb, x, y, pass_cap=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("exercise_id", "fn"), [
+    ("8.1", measure_wrap), ("8.2", measure_gradients), ("8.3", measure_buckets)])
+def test_right_measurements_pass_on_2_and_3_ranks(exercise_id: str, fn: object) -> None:
+    result = run_check(exercise_id, fn)  # type: ignore[arg-type]
+    assert result.ok, result.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("exercise_id", "fn", "hint"), [
+    ("8.1", measure_wrap_unwrapped, "without wrapping"),
+    ("8.3", measure_buckets_default_cap, "did not pass bucket_cap_mb")])
+def test_wrong_measurements_are_caught(exercise_id: str, fn: object, hint: str) -> None:
+    result = run_check(exercise_id, fn)  # type: ignore[arg-type]
+    assert not result.ok
+    assert hint in (result.message or ""), result.message
+
+
+def test_expected_values_follow_the_claims() -> None:
+    for case in get_exercise("8.1").cases():
+        afters = {round(r["after"], 9) for r in case.expected}
+        befores = {round(r["before"], 9) for r in case.expected}
+        assert len(afters) == 1
+        assert len(befores) == len(case.expected)
+    for case in get_exercise("8.2").cases():
+        assert all(r["vs_mean"] == 0.0 and r["vs_local"] > 1e-4 for r in case.expected)
+    for case in get_exercise("8.3").cases():
+        first, second = case.expected[0]["first"], case.expected[0]["second"]
+        assert len(first) == 1
+        assert len(second) >= 3
+        assert sum(second) == first[0]
+
+
+def test_8_3_reference_is_the_myths_lab_prediction() -> None:
+    """The bucket reference (torch's assignment) gives the kit's own predicted buckets."""
+    from dpsim.runtime.myths_lab import HIDDEN, N_LAYERS, predicted_buckets
+
+    model = make_model([HIDDEN] * (N_LAYERS + 1), 0)
+    assert torch_bucket_sizes(model, 25.0, 1.0) == predicted_buckets()
