@@ -22,12 +22,6 @@ def _amdahl(g: float, n: int) -> float:
     return 1.0 / (g + (1.0 - g) / n)
 
 
-def _largest(g: float, n: int, cores: int) -> float | None:
-    """max instead of min over the bounds (None where that is just the GIL bound 1/g)."""
-    largest = max(float(n), float(cores), 1 / g if g else 0.0)
-    return None if g and largest == 1 / g else largest
-
-
 @exercise("4.1", function="predicted_speedup", title="The GIL's speed-up bound", points=2,
           forbidden=("dpsim.gil.predict_speedup",))
 def _speedup_cases(rng: random.Random) -> Iterator[Case]:
@@ -53,8 +47,8 @@ def _speedup_cases(rng: random.Random) -> Iterator[Case]:
                 "threads' worth of Python one GIL can serve": n * (1 - g),
                 "you forgot the number of threads: with little Python, n threads give at "
                 "most n x": min(1 / g, cores) if g else float(cores),
-                "you took the largest of the bounds; the speed-up is capped by the "
-                "smallest of them": _largest(g, n, cores),
+                "you took the largest of the limits; the speed-up is capped by the "
+                "smallest of them": max(float(n), float(cores), 1 / g if g else 0.0),
             },
         )
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from dpsim.course.grading.ch05 import sampler_indices
 from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import Bound, run_specs
+from dpsim.course.grading.rank_specs import run_specs
 
 # float32 parameters of size ~0.1-1 after a few SGD steps: the ranks sum their gradients in
 # another order than one process does, which moves the result by ~1e-7; 1e-5 is 100x that
@@ -140,7 +140,7 @@ def _train_cases(rng: random.Random) -> Iterator[Case]:
                  f"{config['batch_per_rank']}, accum_steps={config['accum_steps']}, "
                  f"epochs={config['epochs']}")
         yield Case(label, args=(specs, index), expected=outcome(right),
-                   call=Bound(run_training, specs, index), abs_tol=ABS_TOL, mistakes={
+                   call=run_training, abs_tol=ABS_TOL, mistakes={
                        "you did not divide the loss by accum_steps, so the accumulated "
                        "gradient is k times too large":
                            outcome(reference_training(spec["data"], config, ws, divide=False)),

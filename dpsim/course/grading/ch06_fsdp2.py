@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import Bound, join, run_specs
+from dpsim.course.grading.rank_specs import join, run_specs
 
 # float32 throughout (the policy keeps fp32 here so the comparison is exact up to the
 # order of sums, ~1e-7); every mistake below moves some parameter by more than 1e-3
@@ -121,7 +121,7 @@ def _fsdp2_cases(rng: random.Random) -> Iterator[Case]:
                  f"{config['steps_before']} steps, checkpoint, {config['steps_after']} steps")
         yield Case(label, args=(specs, index),
                    expected=outcome(reference_training(spec["data"], config)),
-                   call=Bound(run_fsdp2, specs, index), abs_tol=ABS_TOL, mistakes={
+                   call=run_fsdp2, abs_tol=ABS_TOL, mistakes={
                        "you did not clip the gradients (clip_grad_norm_ works on the "
                        "sharded DTensor gradients)":
                            outcome(reference_training(spec["data"], config, clip=False)),

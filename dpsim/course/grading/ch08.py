@@ -22,7 +22,7 @@ from torch import nn
 
 from dpsim.course.grading.ch05 import torch_bucket_sizes
 from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import Bound, join, run_specs
+from dpsim.course.grading.rank_specs import join, run_specs
 
 # all-reduce sums in another order than one process: float32 gradients of size ~0.1 differ
 # by ~1e-8; 1e-6 is far below any gap between one rank's gradient and the mean (> 1e-3)
@@ -89,7 +89,7 @@ def _wrap_cases(rng: random.Random) -> Iterator[Case]:
         yield Case(f"{ws} gloo ranks, Linear widths {spec['widths']}, rank r initialised "
                    "with seed + r", args=(specs, index),
                    expected=[{"before": own[r], "after": own[0]} for r in range(ws)],
-                   call=Bound(run_measure, specs, index), rel_tol=1e-6, abs_tol=1e-6,
+                   call=run_measure, rel_tol=1e-6, abs_tol=1e-6,
                    mistakes={
                        "you measured `after` on the module you passed in without wrapping "
                        "it in DDP first (DDP copies rank 0's parameters in its constructor)":
@@ -111,7 +111,7 @@ def _grad_cases(rng: random.Random) -> Iterator[Case]:
         yield Case(f"{ws} gloo ranks, Linear widths {spec['widths']}, each rank its own "
                    "batch of 4", args=(specs, index),
                    expected=[{"vs_mean": 0.0, "vs_local": gap} for gap in gaps],
-                   call=Bound(run_measure, specs, index), rel_tol=1e-4, abs_tol=GRAD_TOL,
+                   call=run_measure, rel_tol=1e-4, abs_tol=GRAD_TOL,
                    mistakes={
                        "you compared with the sum of the local gradients, not their mean":
                            [{"vs_mean": float((mean * ws - g).abs().max()), "vs_local": gap}
@@ -147,7 +147,7 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
         yield Case(f"{ws} gloo ranks, Linear widths {spec['widths']} ({total} parameters), "
                    f"bucket_cap_mb={cap}", args=(specs, index),
                    expected=[{"first": [total], "second": second}] * ws,
-                   call=Bound(run_measure, specs, index), mistakes={
+                   call=run_measure, mistakes={
                        "DDP's first backward uses one bucket for everything; it rebuilds "
                        "its buckets in the order the gradients arrived, for the second":
                            [{"first": second, "second": second}] * ws,

@@ -10,7 +10,6 @@ and returns plain data (lists of floats, ints, strings).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import random
@@ -79,7 +78,7 @@ def _reference_amp(width: int, batch: int, seed: int, autocast: bool = True
     return _amp_outcome(model, opt, measured), measured
 
 
-@exercise("9.1", function="autocast_step", title="An autocast step and the bytes it keeps",
+@exercise("9.1", function="autocast_step_bytes", title="An autocast step and the bytes it keeps",
           points=3, forbidden=("dpsim.precision.policy_model_state_bytes",
                                "dpsim.runtime.measure.model_state_breakdown",
                                "dpsim.memory.model_state_bytes"))
@@ -93,7 +92,7 @@ def _amp_cases(rng: random.Random) -> Iterator[Case]:
         no_step = dict(right, bytes=[measured[0], measured[1], measured[2] - 4 * 6])
         yield Case(f"a Linear-LayerNorm-GELU-Linear model of width {width}, batch {batch}, "
                    f"seed {seed}, Adam", expected=right,
-                   call=functools.partial(_call_amp, width=width, batch=batch, seed=seed),
+                   call=_call_amp, kwargs={"width": width, "batch": batch, "seed": seed},
                    mistakes={
                        "the parameters after the step are those of an fp32 step: run the "
                        "forward and the loss inside torch.autocast('cpu', torch.bfloat16)":
@@ -178,8 +177,8 @@ def _clip_cases(rng: random.Random) -> Iterator[Case]:
         yield Case(f"{len(grads)} parameters, max_norm={max_norm}, "
                    + ("gradients are DTensors on a 1-rank mesh" if dtensor else
                       "plain tensors"), expected=right,
-                   call=functools.partial(_call_clip, grads=grads, max_norm=max_norm,
-                                          dtensor=dtensor),
+                   call=_call_clip,
+                   kwargs={"grads": grads, "max_norm": max_norm, "dtensor": dtensor},
                    mistakes={
                        "you clipped each gradient by its own norm; the norm is over all of "
                        "them together": {"norm": each[0]["norm"],
@@ -230,7 +229,7 @@ def _meta_cases(rng: random.Random) -> Iterator[Case]:
                 nn.init.zeros_(m.bias)
         yield Case(f"Linear/LayerNorm/GELU widths {widths}, torch.manual_seed({seed}) before "
                    "your call", expected=expected,
-                   call=functools.partial(_call_meta, widths=widths, seed=seed),
+                   call=_call_meta, kwargs={"widths": widths, "seed": seed},
                    mistakes={
                        "parameters are still on the meta device: allocate them with "
                        "model.to_empty(device='cpu')":

@@ -6,8 +6,7 @@ drops the launcher's process group and, for each spec in turn, lets ranks
 `init_method` is a fresh `file://` rendezvous for that spec's own process group (the worker
 joins it with `join`, or hands it to the learner), `path` a scratch file name. The results,
 `[spec][rank]`, are plain data; they are cached per (worker, fn, specs), so the cases of
-one exercise share one launch. `Bound` lets a case's `call` carry its inputs for a grader
-that calls `call(fn)` as well as for one that calls `call(fn, *args, **kwargs)`.
+one exercise share one launch.
 """
 
 from __future__ import annotations
@@ -24,19 +23,6 @@ Worker = Callable[..., Any]
 _CACHE: dict[tuple[str, int, str], tuple[Any, Any, BaseException | None]] = {}
 _CACHE_SIZE = 8
 TIMEOUT_S = 180.0
-
-
-class Bound:
-    """`func(fn, *args, **kwargs)` with the case's inputs bound (plain data only)."""
-
-    def __init__(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        self.func, self.args, self.kwargs = func, args, kwargs
-        self.__name__ = getattr(func, "__name__", "call")
-
-    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if args or kwargs:
-            return self.func(fn, *args, **kwargs)
-        return self.func(fn, *self.args, **self.kwargs)
 
 
 @contextlib.contextmanager
