@@ -7,21 +7,48 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.dpsim-installed
 
-# The tested torch release is pinned in CI and on machines without an NVIDIA
-# driver; elsewhere pip resolves the plain `torch>=2.4` requirement.
-ifeq ($(origin PIN_TORCH), undefined)
-  PIN_TORCH := $(shell if [ -n "$$CI" ] || ! command -v nvidia-smi >/dev/null 2>&1; then echo 1; else echo 0; fi)
+# Which torch goes into .venv: TORCH=cpu, TORCH=default or TORCH=ci (README, "Install").
+# Unset, it is chosen here: ci when CI is set (today's CI: the standard package index only);
+# cpu on Linux without an NVIDIA driver (no nvidia-smi), so that no CUDA libraries are
+# downloaded; default elsewhere (a CUDA machine, macOS, WSL with an NVIDIA driver).
+#   ci       the tested release (constraints/ci.txt) from the standard package index
+#   cpu      the tested release from PyTorch's CPU wheels; if that index cannot be
+#            reached, the ci install with a warning
+#   default  the standard package index's newest torch (on Linux: the CUDA build)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+ifeq ($(origin TORCH), undefined)
+  TORCH := $(shell if [ -n "$$CI" ]; then echo ci; \
+    elif [ "`uname -s`" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then echo cpu; \
+    else echo default; fi)
 endif
-ifeq ($(PIN_TORCH),1)
-  CONSTRAINTS := -c constraints/ci.txt
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+PINNED := -c constraints/ci.txt
+ifeq ($(TORCH),ci)
+  CONSTRAINTS := $(PINNED)
+  TORCH_STEP := @true
+endif
+ifeq ($(TORCH),cpu)
+  CONSTRAINTS := $(PINNED)
+  TORCH_STEP := $(PIP) --retries 1 --timeout 30 --index-url $(TORCH_CPU_INDEX) $(PINNED) torch \
+    || echo "dpsim: $(TORCH_CPU_INDEX) cannot be reached: installing the pinned torch from \
+the standard package index instead (on Linux that is the CUDA build, about 3 GB)"
+endif
+ifeq ($(TORCH),default)
+  CONSTRAINTS :=
+  TORCH_STEP := @true
+endif
+ifndef TORCH_STEP
+  $(error TORCH=$(TORCH) is not known; allowed: cpu, default, ci)
 endif
 
 .PHONY: lab test test-fast lint test-gpu test-browser bench exercises clean
 
+# Switching TORCH later: `make clean` first (an installed torch satisfies every choice).
 $(STAMP): pyproject.toml constraints/ci.txt
-	@echo "dpsim: setting up $(VENV) (first time: about 1-3 minutes)"
+	@echo "dpsim: setting up $(VENV) with TORCH=$(TORCH) (README, Install: download and time)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(CONSTRAINTS) -e ".[dev]"
+	$(TORCH_STEP)
+	$(PIP) $(CONSTRAINTS) -e ".[dev]"
 	@touch $(STAMP)
 
 lab: $(STAMP)
