@@ -10,10 +10,12 @@ from dpsim.workload import get_workload
 
 
 def test_parameters_are_the_presets_plus_the_final_layernorm() -> None:
-    with torch.device("meta"):  # shapes only: nothing is allocated or initialised
-        model = gpt2_small()
-    n = sum(p.numel() for p in model.parameters())
+    one = GPT2(n_layers=1, vocab=1)  # one of gpt2_small's 12 identical blocks, 1 token
+    block = sum(p.numel() for p in one.blocks[0].parameters())
+    n = sum(p.numel() for p in one.parameters()) + 11 * block + (50257 - 1) * 768
     assert n == get_workload("gpt2-124m").n_params + 2 * 768  # ln_f: the formula omits it
+    assert gpt2_small.__defaults__ is None  # gpt2_small() is GPT2()'s defaults: 12, 50257
+    assert GPT2.__init__.__defaults__ == (12, 768, 12, 1024, 50257)
 
 
 def test_a_token_sees_only_its_past() -> None:
