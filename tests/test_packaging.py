@@ -1,5 +1,6 @@
 """pyproject.toml and environment.yml list the same dependencies; entry points exist."""
 
+import ast
 import re
 import shutil
 import subprocess
@@ -137,3 +138,15 @@ def test_make_chooses_the_torch_build(tmp_path: Path) -> None:
     assert "constraints" not in cuda  # the package index's newest torch (the CUDA build)
     chosen = _make_n(_fresh(tmp_path, "c"), {"TORCH": "cpu", "CI": "true"}, driver=True)
     assert cpu_index in chosen  # the flag wins over both
+
+
+def test_sources_parse_as_the_python_floor() -> None:
+    """No syntax newer than requires-python (mypy's python_version checks stdlib names)."""
+    floor = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    major, minor = (int(p) for p in floor.removeprefix(">=").split("."))
+    dirs = ("dpsim", "tests", "benchmarks", "scripts")
+    files = [p for d in dirs for p in (ROOT / d).rglob("*.py")]
+    for path in files:
+        ast.parse(path.read_text(), str(path), feature_version=(major, minor))
+    with pytest.raises(SyntaxError):  # the check sees 3.12 syntax
+        ast.parse("type Alias = int\n", feature_version=(3, 11))
