@@ -2,8 +2,8 @@
 
 `REQUIRES` records, for what the kit needs from torch, the oldest release in which it was
 seen to work and how that was checked (the fast suite and the real DP, DDP, FSDP2 and
-torchrun runs were run here on torch 2.6.0, 2.8.0 and 2.10.0, the real runs on 2.7.1;
-the 2.5.1 wheel was read). The tests check that the floor in pyproject.toml is
+torchrun runs were run here on torch 2.6.0, 2.8.0, 2.9.1 and 2.10.0, the real runs on
+2.7.1; the 2.5.1 wheel was read). The tests check that the floor in pyproject.toml is
 not below any of them, that every torch import in dpsim/ and scripts/ is recorded (a new
 one must be checked on the floor before it is added), and that each recorded name exists
 in the torch installed here. `make test-floor` runs the suite on the floor release itself.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SEEN = "present in 2.6.0, 2.8.0, 2.10.0 (the fast suite and the real runs ran, here)"
+SEEN = "present in 2.6.0, 2.8.0, 2.9.1, 2.10.0 (fast suite and real runs ran here)"
 
 # name -> (oldest release seen to work, how it was seen)
 REQUIRES: dict[str, tuple[str, str]] = {
@@ -28,10 +28,9 @@ REQUIRES: dict[str, tuple[str, str]] = {
         "2.6", "absent from torch/distributed/fsdp/__init__.py of the 2.5.1 wheel (there only "
                "as torch.distributed._composable.fsdp); present from 2.6.0"),
     "FSDP2 on gloo (CPU) trains as one process does, to 1e-5 (chapter 6)": (
-        "2.10", "2.6.0: every CPU FSDP2 run fails ('Stream' object has no attribute "
-                "'record_event'); 2.7.1 and 2.8.0: runs, but parameters differ from one "
-                "process by up to 2.2e-4 (tests/test_fsdp_real.py); 2.9 not tried; "
-                "2.10.0: passes"),
+        "2.9", "2.6.0: every CPU FSDP2 run fails ('Stream' object has no attribute "
+               "'record_event'); 2.7.1 and 2.8.0: runs, but parameters differ from one "
+               "process by up to 2.2e-4 (tests/test_fsdp_real.py); 2.9.1 and 2.10.0: pass"),
     "torch.distributed.device_mesh.init_device_mesh": ("2.6", SEEN),
     "torch.utils.flop_counter.FlopCounterMode": ("2.6", SEEN),
     "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook": ("2.6", SEEN),
