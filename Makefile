@@ -7,21 +7,51 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.dpsim-installed
 
-# The tested torch release is pinned in CI and on machines without an NVIDIA
-# driver; elsewhere pip resolves the plain `torch>=2.4` requirement.
-ifeq ($(origin PIN_TORCH), undefined)
-  PIN_TORCH := $(shell if [ -n "$$CI" ] || ! command -v nvidia-smi >/dev/null 2>&1; then echo 1; else echo 0; fi)
+# Which torch goes into .venv: TORCH=cpu, TORCH=default or TORCH=ci (README, "Install").
+# Unset, it is chosen here: ci when CI is set (today's CI: the standard package index only);
+# cpu on Linux without an NVIDIA driver (no nvidia-smi), so that no CUDA libraries are
+# downloaded; default elsewhere (a CUDA machine, macOS, WSL with an NVIDIA driver).
+#   ci       the tested release (constraints/ci.txt) from the standard package index
+#   cpu      the tested release from PyTorch's CPU wheels; if that index cannot be
+#            reached, the ci install with a warning
+#   default  the standard package index's newest torch (on Linux: the CUDA build)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+ifeq ($(origin TORCH), undefined)
+  TORCH := $(shell if [ -n "$$CI" ]; then echo ci; \
+    elif [ "`uname -s`" = Linux ] && ! command -v nvidia-smi >/dev/null 2>&1; then echo cpu; \
+    else echo default; fi)
 endif
-ifeq ($(PIN_TORCH),1)
-  CONSTRAINTS := -c constraints/ci.txt
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+PINNED := -c constraints/ci.txt
+ifeq ($(TORCH),ci)
+  CONSTRAINTS := $(PINNED)
+  TORCH_STEP := @true
+endif
+ifeq ($(TORCH),cpu)
+  CONSTRAINTS := $(PINNED)
+  TORCH_STEP := $(PIP) --retries 1 --timeout 30 --index-url $(TORCH_CPU_INDEX) $(PINNED) torch \
+    || echo "dpsim: $(TORCH_CPU_INDEX) cannot be reached: installing the pinned torch from \
+the standard package index instead (on Linux that is the CUDA build, about 3 GB)"
+endif
+ifeq ($(TORCH),default)
+  CONSTRAINTS :=
+  TORCH_STEP := @true
+endif
+ifndef TORCH_STEP
+  $(error TORCH=$(TORCH) is not known; allowed: cpu, default, ci)
 endif
 
-.PHONY: lab test test-fast lint test-gpu test-browser bench exercises clean
+.PHONY: lab test test-fast lint test-gpu test-floor test-browser bench exercises clean
 
+# Switching TORCH later: `make clean` first (an installed torch satisfies every choice).
 $(STAMP): pyproject.toml constraints/ci.txt
-	@echo "dpsim: setting up $(VENV) (first time: about 1-3 minutes)"
+	@echo "dpsim: setting up $(VENV) with TORCH=$(TORCH) (README, Install: download and time)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(CONSTRAINTS) -e ".[dev]"
+	@$(BIN)/python -c "import sys; sys.exit(sys.version_info < (3, 11) and \
+	  'dpsim needs Python 3.11+, $(PYTHON) is ' + sys.version.split()[0] + \
+	  ': make clean, then make PYTHON=python3.11 (or newer)')"
+	$(TORCH_STEP)
+	$(PIP) $(CONSTRAINTS) -e ".[dev]"
 	@touch $(STAMP)
 
 lab: $(STAMP)
@@ -45,8 +75,28 @@ test-fast: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts
 	$(BIN)/python -m pytest tests -m "not slow" --ignore=tests/browser -q -p no:cacheprovider
 
+# On a CUDA machine: the GPU tests, then the GPU numbers into benchmarks/results/gpu_*.json.
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest tests -m gpu -p no:cacheprovider
+	$(BIN)/python scripts/record_gpu.py
+
+# The oldest torch the kit supports (pyproject's floor) in its own .venv-floor, on the fast
+# tests and the real DP, DDP, FSDP2 and torchrun runs. TORCH=cpu takes PyTorch's CPU wheels.
+FLOOR_VENV := .venv-floor
+TORCH_FLOOR := $(shell sed -n 's/^ *"torch>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+ifeq ($(TORCH),cpu)
+  FLOOR_INDEX := --index-url $(TORCH_CPU_INDEX)
+endif
+test-floor:
+	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  $(FLOOR_INDEX) "torch==$(TORCH_FLOOR).*"
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+	$(FLOOR_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
+	$(FLOOR_VENV)/bin/python -m pytest tests -m "not slow" --ignore=tests/browser -q \
+	  -p no:cacheprovider
+	$(FLOOR_VENV)/bin/python -m pytest tests/test_dp_real.py tests/test_ddp_real.py \
+	  tests/test_fsdp_real.py tests/test_torchrun.py -q -p no:cacheprovider
 
 test-browser: $(STAMP)
 	bash .ci/install-browser
@@ -56,4 +106,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache artifacts
+	rm -rf $(VENV) $(FLOOR_VENV) .pytest_cache .mypy_cache .ruff_cache artifacts

@@ -1,15 +1,18 @@
 """Train a small model with DistributedDataParallel under torchrun (the notebook's code).
 
-One machine, N processes:
+One machine, N processes (LO is the loopback interface: lo on Linux, lo0 on macOS):
 
-    GLOO_SOCKET_IFNAME=lo torchrun --standalone --nproc_per_node=2 scripts/train_ddp.py
+    GLOO_SOCKET_IFNAME=LO torchrun --standalone --nproc_per_node=2 scripts/train_ddp.py
 
 Two "nodes" on one machine (run each line in its own terminal; PORT is any free port):
 
-    GLOO_SOCKET_IFNAME=lo torchrun --nnodes=2 --nproc_per_node=1 --node_rank=0 \\
+    GLOO_SOCKET_IFNAME=LO torchrun --nnodes=2 --nproc_per_node=1 --node_rank=0 \\
         --rdzv-endpoint=127.0.0.1:PORT scripts/train_ddp.py
-    GLOO_SOCKET_IFNAME=lo torchrun --nnodes=2 --nproc_per_node=1 --node_rank=1 \\
+    GLOO_SOCKET_IFNAME=LO torchrun --nnodes=2 --nproc_per_node=1 --node_rank=1 \\
         --rdzv-endpoint=127.0.0.1:PORT scripts/train_ddp.py
+
+`python -m dpsim.runtime.torchrun_commands` prints these lines for this machine, with its
+loopback interface and a free port filled in.
 
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for every process;
 the training itself is `dpsim.runtime.ddp_train.train_rank`, the function the notebook

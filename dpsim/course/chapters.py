@@ -14,7 +14,7 @@ class Chapter:
     title: str
     real_cpu: str  # what runs for real on a CPU-only machine
     real_gpu: str  # what runs for real with enough GPUs
-    gpus_for_real: int  # GPUs needed for the GPU path (0: none needed)
+    gpus_for_real: int  # fewest GPUs at which the notebook's GPU path runs (0: it has none)
     simulated: str  # what dpsim simulates in this chapter
 
 
@@ -30,10 +30,10 @@ CHAPTERS: tuple[Chapter, ...] = (
             "the same over NCCL", 4, "alpha-beta cost of every collective at any scale"),
     Chapter(3, "03_data_parallel.ipynb", "DataParallel: scatter, replicate, gather",
             "DataParallel re-enacted with threads over virtual devices",
-            "the real nn.DataParallel, timed and measured per device", 2,
+            "the real nn.DataParallel on up to 4 GPUs, timed and measured per device", 2,
             "DP timeline and memory per device for any N"),
     Chapter(4, "04_gil.ipynb", "The GIL: threads against processes",
-            "threads vs processes, measured", "threads driving GPUs", 0,
+            "threads vs processes, measured", "threads vs processes, measured", 0,
             "GIL model: timeline and speed-up"),
     Chapter(5, "05_ddp.ipynb", "DistributedDataParallel: buckets and overlap",
             "DDP on gloo processes, buckets recorded, torchrun", "DDP over NCCL", 2,

@@ -6,22 +6,18 @@ import os
 import platform
 from typing import Any
 
+from dpsim.course import gpu_report
 from dpsim.course.chapters import plan
 from dpsim.runtime.gil_measure import gil_status
 
 
 def report() -> dict[str, Any]:
-    """Facts about this machine as a dict (GPU memory in GiB)."""
+    """Facts about this machine as a dict (GPU memory in bytes)."""
     import torch
     import torch.distributed as dist
 
     cuda = torch.cuda.is_available()
-    gpus = []
-    if cuda:
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            gpus.append({"index": i, "name": props.name,
-                         "memory_GiB": round(props.total_memory / 1024**3, 1)})
+    gpus = gpu_report.from_torch()
     nccl = bool(cuda and dist.is_available() and dist.is_nccl_available())
     return {
         "python": platform.python_version(),
@@ -30,7 +26,8 @@ def report() -> dict[str, Any]:
         "torch": torch.__version__,
         "cuda_available": cuda,
         "cuda_version": torch.version.cuda,
-        "gpus": gpus,
+        "gpus": gpus,  # plain descriptions, see gpu_report.describe
+        "gpu_links": gpu_report.topology() if len(gpus) > 1 else {},
         "distributed": dist.is_available(),
         "gloo": bool(dist.is_available() and dist.is_gloo_available()),
         "nccl": nccl,
@@ -50,10 +47,7 @@ def format_report(facts: dict[str, Any]) -> str:
         f"  CUDA          {yes[facts['cuda_available']]}"
         + (f" (CUDA {facts['cuda_version']})" if facts["cuda_available"] else ""),
     ]
-    for g in facts["gpus"]:
-        lines.append(f"  GPU {g['index']}         {g['name']}, {g['memory_GiB']} GiB")
-    if not facts["gpus"]:
-        lines.append("  GPUs          none")
+    lines += gpu_report.describe(facts["gpus"], facts.get("gpu_links"))
     lines += [
         f"  gloo          {yes[facts['gloo']]}",
         f"  NCCL          {yes[facts['nccl']]}",

@@ -24,8 +24,10 @@ def torchrun_command() -> list[str]:
 
 def loopback_env(pythonpath: Path) -> dict[str, str]:
     """This environment with gloo and the rendezvous on loopback, `pythonpath` first."""
-    env = dict(os.environ, GLOO_SOCKET_IFNAME=_loopback_ifname() or "lo",
-               MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    ifname = _loopback_ifname()  # "lo" on Linux, "lo0" on macOS; unset where none is found
+    if ifname is not None:
+        env["GLOO_SOCKET_IFNAME"] = ifname
     env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")]
                                         ).rstrip(os.pathsep)
     return env
