@@ -72,8 +72,21 @@ def probe(chapter: Chapter) -> Callable[[int], bool]:
         return _nccl_for(_ints(r"WORLD_SIZE = (\d+)", code))
     if chapter.number == 6:
         return _nccl_for(_ints(r"run_fsdp_models\((\d+)", code))
-    if chapter.number == 8:  # the myths lab launches its ranks on gloo whatever the machine
+    if chapter.number == 8:  # gloo ranks, plus claim 17's two NCCL ranks on one GPU
         assert "Lab(" in code
+        from dpsim.runtime.myths_lab import nccl_two_ranks_one_gpu  # the GPU run it adds
+
+        assert callable(nccl_two_ranks_one_gpu)
+        return lambda gpus: gpus >= 1 and dist.is_nccl_available()
+    if chapter.number == 9:  # autocast fp16 with a GradScaler on the GPU, when there is one
+        assert re.search(r'torch\.cuda\.is_available\(\)', code), "update this test's reader"
+        return lambda gpus: gpus >= 1
+    if chapter.number == 10:  # every launch names backend="gloo"
+        from dpsim.runtime import checkpoint_ddp, dcp_reshard, hsdp_train
+
+        for module in (checkpoint_ddp, dcp_reshard, hsdp_train):
+            source = Path(module.__file__ or "").read_text()
+            assert 'backend="gloo"' in source, module.__name__
         return lambda _gpus: False
     return _no_gpu_path(code)
 

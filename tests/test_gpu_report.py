@@ -43,7 +43,8 @@ def test_topology_is_read_per_gpu_pair() -> None:
     ("NVIDIA H100 80GB HBM3", 79.1, "h100-80gb"),
     ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"),
     ("NVIDIA A100-SXM4-80GB", 79.2, "a100-80gb"),
-    ("NVIDIA GeForce RTX 4090", 23.6, None),
+    ("NVIDIA GeForce RTX 4090", 23.6, "rtx-4090"),
+    ("NVIDIA Quadro P1000", 3.9, None),
 ])
 def test_preset_by_family_and_memory(name: str, gib: float, preset: str | None) -> None:
     assert preset_for(name, int(gib * GiB)) == preset
@@ -70,10 +71,10 @@ def test_links_unknown_without_nvidia_smi_and_pcie_said_so() -> None:
 
 
 def test_unknown_gpu_is_warned_about() -> None:
-    lines = describe([gpu(0, "NVIDIA GeForce RTX 4090", 23.6, (8, 9))])
-    assert "compute capability 8.9" in lines[0]
+    lines = describe([gpu(0, "NVIDIA Quadro P1000", 3.9, (6, 1))])
+    assert "compute capability 6.1" in lines[0]
     assert lines[1].strip().startswith("WARNING: unknown GPU")
-    assert "'NVIDIA GeForce RTX 4090'" in lines[1]
+    assert "'NVIDIA Quadro P1000'" in lines[1]
     assert describe([]) == ["  GPUs          none"]
 
 

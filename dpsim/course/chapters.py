@@ -60,7 +60,9 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(10, "10_checkpoints_and_failures.ipynb", "Checkpoints, resharding and failures",
             "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
             "rank killed under torchrun and restarted, a hung collective, Join (gloo)",
-            "the same over NCCL", 4, "HSDP traffic per mesh dimension (full, hybrid, none)"),
+            "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
+            "rank killed under torchrun and restarted, a hung collective, Join (gloo)", 0,
+            "HSDP traffic per mesh dimension (full, hybrid, none)"),
 )
 
 
