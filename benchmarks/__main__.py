@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api")
+NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api", "single_device")
 
 
 def main(argv: list[str]) -> int:

@@ -59,6 +59,13 @@ def _ddp(r: dict[str, Any]) -> list[dict[str, Any]]:
                  {**worst_err[1], "trial": worst_err[2]})]
 
 
+def _single_device(r: dict[str, Any]) -> list[dict[str, Any]]:
+    return [goal("median prediction error of chapter 1's calibrated step time <= 15 %",
+                 r["prediction_error_median"], r["prediction_error_goal"], "fraction", "lower",
+                 "median", r["prediction_error_median"], r["prediction_error_worst"],
+                 r["prediction_error_worst_config"])]
+
+
 def _fuzz(r: dict[str, Any]) -> list[dict[str, Any]]:
     per = r["per_entry_point"]
     name = max(per, key=lambda k: per[k]["failed"]) if per else None
@@ -110,7 +117,7 @@ def _stress(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 GOALS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "collectives": _collectives, "ddp": _ddp, "fuzz_api": _fuzz, "launch": _launch,
-    "planner": _planner, "torchrun_stress": _stress,
+    "planner": _planner, "torchrun_stress": _stress, "single_device": _single_device,
 }
 
 
@@ -123,7 +130,8 @@ def stamp(result: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 SHOWN = ("world_size", "model", "hidden", "depth", "bucket_cap_mb", "trial", "way", "setup",
-         "entry_point", "strategy", "n_devices", "layers")  # the worst case's keys in README
+         "entry_point", "strategy", "n_devices", "layers",
+         "batch_size")  # the worst case's keys in README
 
 
 def _load(result: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The held-out error of the alpha-beta calibration: fit every other size, test the rest."""
+"""Calibration math: the held-out error of the alpha-beta fit, the step-speed scale."""
 
 from __future__ import annotations
 
@@ -43,3 +43,24 @@ def test_held_out_bad_input() -> None:
         held_out_error(SIZES, [1e-3, 2e-3], 4)
     with pytest.raises(ValueError, match="world_size"):
         held_out_error(SIZES, [1e-3, 2e-3, 3e-3, 4e-3], 1)
+
+
+def test_step_scale_math() -> None:
+    from dpsim.runtime.calibrate import step_scale
+
+    assert step_scale(measured_s=3e-3, overhead_s=1e-3, roofline_s=1e-3) == pytest.approx(0.5)
+    assert step_scale(measured_s=1.5e-3, overhead_s=1e-3, roofline_s=1e-3) == pytest.approx(2.0)
+    assert step_scale(measured_s=1e-3, overhead_s=2e-3, roofline_s=1e-3) == 100.0  # clamped
+    assert step_scale(measured_s=1e-3, overhead_s=0.0, roofline_s=0.0) == 1.0
+    with pytest.raises(ValueError, match="measured_s"):
+        step_scale(measured_s=-1.0, overhead_s=0.0, roofline_s=1e-3)
+
+
+def test_op_overhead_calibration_restores_the_thread_count() -> None:
+    import torch
+
+    from dpsim.runtime.calibrate import measure_op_overhead_us
+
+    threads = torch.get_num_threads()
+    assert measure_op_overhead_us(torch.device("cpu"), depth=2, repeats=6) > 0
+    assert torch.get_num_threads() == threads
