@@ -64,3 +64,17 @@ def test_op_overhead_calibration_restores_the_thread_count() -> None:
     threads = torch.get_num_threads()
     assert measure_op_overhead_us(torch.device("cpu"), depth=2, repeats=6) > 0
     assert torch.get_num_threads() == threads
+
+
+def test_step_costs_recovers_overhead_factor_and_speed_scale() -> None:
+    from dpsim.runtime.calibrate import step_costs
+
+    overhead, roofline = (1e-3, 2e-3), (1e-4, 8e-3)
+    measured = tuple(2.0 * o + r / 4.0 for o, r in zip(overhead, roofline, strict=True))
+    factor, scale = step_costs((measured[0], measured[1]), overhead, roofline)
+    assert factor == pytest.approx(2.0)
+    assert scale == pytest.approx(4.0)
+    # steps the two costs cannot tell apart: factor 1, the scale from the large step
+    assert step_costs((1e-3, 2e-3), (1e-3, 2e-3), (1e-3, 2e-3)) == (1.0, 100.0)
+    with pytest.raises(ValueError, match="overhead_s"):
+        step_costs((1e-3, 2e-3), (1e-3,), (1e-3, 2e-3))  # type: ignore[arg-type]

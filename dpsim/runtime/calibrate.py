@@ -121,31 +121,61 @@ def step_scale(measured_s: float, overhead_s: float, roofline_s: float) -> float
     return min(max(roofline_s / compute_s, 0.01), 100.0)
 
 
-def measure_step_scale(device: torch.device, base: Device, repeats: int = 30) -> float:
-    """`step_scale` of a mid-sized training step (MLP 64 -> 192 x 2 -> 16, batch 512).
+def step_costs(measured_s: tuple[float, float], overhead_s: tuple[float, float],
+               roofline_s: tuple[float, float]) -> tuple[float, float]:
+    """(overhead factor, speed scale) with which two real steps' times are explained.
+
+    Solves measured = factor * overhead + roofline / scale for two steps (seconds; the
+    first dominated by per-operator costs, the second by FLOPs and bytes). When the two
+    steps cannot be told apart that way (a factor or scale not positive), the factor is 1
+    and the scale is `step_scale` of the second step. Factor clamped to [0.1, 10].
+    """
+    for name, pair in (("measured_s", measured_s), ("overhead_s", overhead_s),
+                       ("roofline_s", roofline_s)):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise ValueError(f"{name}={pair!r} is not a pair; allowed: (small step, large step)")
+        for v in pair:
+            require_finite(name, v, 0, 1e6)
+    (t1, t2), (o1, o2), (r1, r2) = measured_s, overhead_s, roofline_s
+    det = o1 * r2 - o2 * r1
+    if det > 0:
+        factor = (t1 * r2 - t2 * r1) / det
+        inv_scale = (o1 * t2 - o2 * t1) / det
+        if factor > 0 and inv_scale > 0:
+            factor = min(max(factor, 0.1), 10.0)
+            return factor, step_scale(t2, factor * o2, r2)
+    return 1.0, step_scale(t2, o2, r2)
+
+
+def measure_step_costs(device: torch.device, base: Device, repeats: int = 30
+                       ) -> tuple[float, float]:
+    """`step_costs` of a mid-sized training step (MLP 64 -> 192 x 2 -> 16, batch 8 and 512).
 
     Its layers are of the size of a small course model's but none of chapter 1's shapes:
-    the matmuls and element-wise operators of a real step, with their fresh allocations,
-    run slower than an isolated matmul and an in-place copy, and by how much is measured
-    here rather than assumed.
+    the operators of a real step, with their fresh allocations and larger tensors, cost
+    more than a tiny model's and run slower than an isolated matmul and an in-place copy,
+    and by how much is measured here rather than assumed.
     """
     from dpsim.runtime.models import mlp
 
     model = mlp(64, 192, 2, 16, seed=0).to(device)
-    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(0)).to(device)
-    measured = min(_step_s(mlp(64, 192, 2, 16, seed=seed).to(device), x, device,
-                           repeats // ROUNDS) for seed in range(ROUNDS))
-    overhead = _charged_s(model, x, replace(base, fp32_tflops=1e9, bf16_tflops=1e9,
-                                           mem_bw_GBps=1e12))
-    roofline = _charged_s(model, x, replace(base, op_overhead_us=0.0))
-    return step_scale(measured, overhead, roofline)
+    times, overheads, rooflines = [], [], []
+    for batch in (8, 512):
+        x = torch.randn(batch, 64, generator=torch.Generator().manual_seed(0)).to(device)
+        times.append(min(_step_s(mlp(64, 192, 2, 16, seed=seed).to(device), x, device,
+                                 repeats // ROUNDS) for seed in range(ROUNDS)))
+        overheads.append(_charged_s(model, x, replace(base, fp32_tflops=1e9, bf16_tflops=1e9,
+                                                      mem_bw_GBps=1e12)))
+        rooflines.append(_charged_s(model, x, replace(base, op_overhead_us=0.0)))
+    return step_costs((times[0], times[1]), (overheads[0], overheads[1]),
+                      (rooflines[0], rooflines[1]))
 
 
 def calibrate_device(device: torch.device | str = "cpu", quick: bool = True) -> Device:
     """This machine's CPU or GPU with measured peak, bandwidth and per-operator overhead.
 
-    The matmul's FLOP/s and the copy's bandwidth are then scaled by `measure_step_scale`,
-    so that they are what a training step achieves (efficiency 1.0 of those numbers).
+    The per-operator cost, the matmul's FLOP/s and the copy's bandwidth are then scaled by
+    `measure_step_costs`, so that they are what a training step achieves (efficiency 1.0).
     """
     dev = torch.device(device)
     base = gpu_device(dev.index or 0) if dev.type == "cuda" else cpu_device(torch.get_num_threads())
@@ -157,8 +187,8 @@ def calibrate_device(device: torch.device | str = "cpu", quick: bool = True) -> 
     overhead = measure_op_overhead_us(dev)
     measured = replace(base, fp32_tflops=tflops, bf16_tflops=tflops, mem_bw_GBps=bw,
                        op_overhead_us=overhead, efficiency=1.0)
-    scale = measure_step_scale(dev, measured)
-    tflops, bw = tflops * scale, bw * scale
+    factor, scale = measure_step_costs(dev, measured)
+    tflops, bw, overhead = tflops * scale, bw * scale, overhead * factor
     return replace(base, name=f"{base.name} (calibrated)", fp32_tflops=tflops,
                    bf16_tflops=max(tflops, base.bf16_tflops if dev.type == "cuda" else tflops),
                    mem_bw_GBps=bw, op_overhead_us=overhead, efficiency=1.0)
