@@ -131,7 +131,7 @@ def stamp(result: dict[str, Any], name: str) -> dict[str, Any]:
 
 SHOWN = ("world_size", "model", "hidden", "depth", "bucket_cap_mb", "trial", "way", "setup",
          "entry_point", "strategy", "n_devices", "layers",
-         "batch_size")  # the worst case's keys in README
+         "batch")  # the worst case's keys in README
 
 
 def _load(result: dict[str, Any]) -> str:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_sizes": list(BATCH_SIZES),
         "prediction_error_median": statistics.median(c[0] for c in cases),
         "prediction_error_worst": worst[0],
-        "prediction_error_worst_config": {"batch_size": worst[1], "trial": worst[2]},
+        "prediction_error_worst_config": {"batch": worst[1], "trial": worst[2]},
         "prediction_error_median_vs_median_step": statistics.median(
             row["error_vs_median"] for trial in trials for row in trial["rows"]),
         "prediction_error_goal": 0.15,
