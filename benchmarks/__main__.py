@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api", "validation", "grading")
+NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api", "validation", "grading",
+         "single_device")
 
 
 def main(argv: list[str]) -> int:

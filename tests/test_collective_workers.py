@@ -100,7 +100,7 @@ def test_fit_recovers_alpha_and_beta_from_exact_times() -> None:
     assert cal.link.latency_us == pytest.approx(45.0, rel=1e-6)
     assert cal.link.bandwidth_GBps == pytest.approx(1.7, rel=1e-6)
     assert cal.median_error < 1e-9
-    assert "median error 0%" in str(cal)
+    assert "median residual 0%" in str(cal)
 
 
 def test_fit_with_noise_and_degenerate_data() -> None:

@@ -5,7 +5,9 @@
     t(S) = 2(N-1) alpha + 2(N-1)/N S / B
 best matches those times (`dpsim.collectives.fit`: least squares on relative error, so
 1 KiB and 64 MiB count alike). The fit is pure arithmetic on the measured numbers: same
-numbers, same Link.
+numbers, same Link. Its error on the sizes it was fitted to is a residual; `held_out_error`
+fits every other size and reports the error on the sizes the fit did not see, the
+prediction error.
 """
 
 from __future__ import annotations
@@ -47,13 +49,33 @@ class Calibration:
 
     @property
     def median_error(self) -> float:
-        """Median relative prediction error over the measured sizes."""
+        """Median relative in-sample residual over the sizes the fit saw (not a prediction)."""
         return statistics.median(self.errors)
 
     def __str__(self) -> str:
         return (f"calibrated on {self.world_size} ranks: latency alpha = "
                 f"{self.link.latency_us:.1f} us, bandwidth B = {self.link.bandwidth_GBps:.2f} GB/s"
-                f"; median error {100 * self.median_error:.0f}% over {len(self.sizes_bytes)} sizes")
+                f"; median residual {100 * self.median_error:.0f}% over the "
+                f"{len(self.sizes_bytes)} sizes it was fitted to")
+
+
+@dataclass(frozen=True)
+class HeldOutError:
+    """Relative errors of a fit on the sizes it did not see (fractions, not percent)."""
+
+    fitted_sizes: tuple[int, ...]
+    held_out_sizes: tuple[int, ...]
+    errors: tuple[float, ...]  # one per held-out size: |predicted - measured| / measured
+
+    @property
+    def median(self) -> float:
+        """Median held-out relative error: the prediction error."""
+        return statistics.median(self.errors)
+
+    @property
+    def worst(self) -> float:
+        """Largest held-out relative error."""
+        return max(self.errors)
 
 
 def fit_alpha_beta(sizes_bytes: Sequence[int], measured_s: Sequence[float], world_size: int,
@@ -63,6 +85,29 @@ def fit_alpha_beta(sizes_bytes: Sequence[int], measured_s: Sequence[float], worl
     link = fit_link(sizes_bytes, measured_s, *cost_terms(collective, world_size, "ring"), name)
     return Calibration(link, collective, world_size, tuple(int(s) for s in sizes_bytes),
                        tuple(float(t) for t in measured_s))
+
+
+def held_out_error(sizes_bytes: Sequence[int], measured_s: Sequence[float], world_size: int,
+                   collective: str = "all_reduce") -> HeldOutError:
+    """Fit alpha and B on every other size (sorted; 1st, 3rd, ...), test on the rest.
+
+    Needs at least 4 sizes, so that the fit sees 2 and 2 are held out.
+    """
+    require_int("world_size", world_size, 2)
+    if isinstance(sizes_bytes, str) or not isinstance(sizes_bytes, Sequence) or len(
+            sizes_bytes) < 4:
+        raise ValueError(f"sizes_bytes={sizes_bytes!r} is not a list of at least 4 sizes; "
+                         "allowed: 4 or more, every other one held out of the fit")
+    if isinstance(measured_s, str) or not isinstance(measured_s, Sequence) or len(
+            measured_s) != len(sizes_bytes):
+        raise ValueError(f"measured_s={measured_s!r} is not one time per size; allowed: a list "
+                         f"of {len(sizes_bytes)} times in seconds")
+    pairs = sorted(zip(sizes_bytes, measured_s, strict=True), key=lambda p: p[0])
+    fitted, held = pairs[::2], pairs[1::2]
+    fit = fit_alpha_beta([s for s, _ in fitted], [t for _, t in fitted], world_size, collective)
+    errors = tuple(abs(collective_time_s(collective, s, world_size, fit.link) - t) / t
+                   for s, t in held)
+    return HeldOutError(tuple(int(s) for s, _ in fitted), tuple(int(s) for s, _ in held), errors)
 
 
 def measure_all_reduce(world_size: int = 4, sizes_bytes: Sequence[int] = DEFAULT_SIZES,
