@@ -8,6 +8,7 @@ JSON: model curves over the published points; no plotly needed to write it).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,9 @@ def run() -> dict[str, Any]:
     }
 
 
+FIGURE_FROM_BYTES = 1024  # smaller messages are in the table; the figure shows 8 decades
+
+
 def figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Published times (markers) and the model (lines) per run, as a plotly figure dict
     (`rows`: `results["families"]["nccl_tests_all_reduce_time"]["rows"]` or
@@ -112,9 +116,12 @@ def figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                      "x": x, "y": [r["predicted_us"] for r in mine]})
         data.append({"type": "scatter", "mode": "markers", "name": f"{run} (published)",
                      "x": x, "y": [r["published_us"] for r in mine]})
+    top = max((r["nbytes"] for r in rows), default=FIGURE_FROM_BYTES * 10)
     return {"data": data, "layout": {
-        "title": {"text": "all-reduce time: published nccl-tests (markers) vs dpsim"},
-        "xaxis": {"title": {"text": "bytes"}, "type": "log"},
+        "title": {"text": "all-reduce time: published nccl-tests (markers) vs dpsim "
+                          f"(simulated, lines), from {FIGURE_FROM_BYTES} B"},
+        "xaxis": {"title": {"text": "bytes"}, "type": "log",  # at most 8 decades read well
+                  "range": [math.log10(FIGURE_FROM_BYTES), math.log10(top) + 0.1]},
         "yaxis": {"title": {"text": "microseconds"}, "type": "log"}}}
 
 
