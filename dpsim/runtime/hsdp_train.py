@@ -66,14 +66,16 @@ def count_collectives(dims: dict[str, Any], log: list[tuple[str, str, int]]
 
 
 def predicted_collective_bytes(shapes: list[tuple[int, ...]], replicate: int, shard_size: int,
-                               bytes_per_param: int = 4) -> dict[str, dict[str, int]]:
+                               bytes_per_param: int = 4, gathers: int = 2
+                               ) -> dict[str, dict[str, int]]:
     """Bytes handed to the collectives in one step of one FSDP unit holding `shapes`:
-    shard dim: all-gather in forward and in backward, reduce-scatter (full padded size);
-    replicate dim: all-reduce of the padded gradient shard."""
+    shard dim: `gathers` all-gathers (forward and backward; 1 for the root, which stays
+    unsharded after forward), reduce-scatter (full padded size); replicate dim: all-reduce
+    of the padded gradient shard."""
     padded = sum(fsdp_padded_shard_numel(s, shard_size) for s in shapes) * bytes_per_param
     out: dict[str, dict[str, int]] = {"shard": {}, "replicate": {}}
     if shard_size > 1:
-        out["shard"] = {"all_gather": 2 * padded * shard_size,
+        out["shard"] = {"all_gather": gathers * padded * shard_size,
                         "reduce_scatter": padded * shard_size}
     if replicate > 1:
         out["replicate"] = {"all_reduce": padded}
@@ -162,8 +164,11 @@ def run_hsdp(world_size: int = 4, replicate: int = 2, *, steps: int = 3, global_
                    backend="gloo", timeout_s=timeout_s)
     shard_size = world_size // replicate
     predicted: dict[str, dict[str, int]] = {"shard": {}, "replicate": {}}
-    for unit in ranks[0]["units"]:
-        for dim, ops in predicted_collective_bytes(unit, replicate, shard_size).items():
+    units = ranks[0]["units"]  # the blocks, then the root (gathered once: see fsdp_train.shard)
+    for i, unit in enumerate(units):
+        gathers = 1 if i == len(units) - 1 else 2
+        for dim, ops in predicted_collective_bytes(unit, replicate, shard_size,
+                                                   gathers=gathers).items():
             for op, nbytes in ops.items():
                 predicted[dim][op] = predicted[dim].get(op, 0) + nbytes
     ref, _ = train_one_process(MODEL, steps, global_batch, lr, seed)

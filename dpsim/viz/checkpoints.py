@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dpsim.viz.style import finish, human_bytes
+from dpsim.viz.style import finish, human_bytes, with_source
 
 MEASURED, PREDICTED, OVERHEAD = "#4C78A8", "#F58518", "#BAB0AC"
 ATTEMPT_COLORS = ("#4C78A8", "#54A24B", "#B279A2", "#E45756")
@@ -39,7 +39,8 @@ def written_bytes_figure(file_bytes: Sequence[int], tensor_bytes: Sequence[int],
                          hovertext=[human_bytes(v) for v in predicted], hoverinfo="text"))
     fig.update_xaxes(title_text="rank", dtick=1)
     fig.update_yaxes(title_text="bytes written")
-    return finish(fig, title, barmode="group", height=360)
+    return finish(fig, with_source(title, ["measured", "simulated"]), barmode="group",
+                  height=360)
 
 
 def mesh_traffic_figure(measured: Mapping[str, Mapping[str, int]],
@@ -53,7 +54,8 @@ def mesh_traffic_figure(measured: Mapping[str, Mapping[str, int]],
         go.Bar(x=labels, y=got, name="measured", marker_color=MEASURED),
         go.Bar(x=labels, y=want, name="predicted", marker_color=PREDICTED)])
     fig.update_yaxes(title_text="bytes per step")
-    return finish(fig, title, barmode="group", height=340)
+    return finish(fig, with_source(title, ["measured", "simulated"]), barmode="group",
+                  height=340)
 
 
 def elastic_timeline_figure(events: Sequence[Mapping[str, Any]], title: str) -> go.Figure:
@@ -82,4 +84,4 @@ def elastic_timeline_figure(events: Sequence[Mapping[str, Any]], title: str) -> 
                            for e in marks], hoverinfo="text"))
     fig.update_xaxes(title_text="seconds since the job started")
     fig.update_yaxes(categoryorder="category descending")
-    return finish(fig, title, height=320)
+    return finish(fig, with_source(title, ["measured"]), height=320)

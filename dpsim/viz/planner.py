@@ -54,7 +54,7 @@ def plan_figure(p: PlanResult, curve: Sequence[PlanResult] | None = None,
     domains = [(0.0, 0.28), (0.36, 0.64), (0.72, 1.0)] if curve else [(0.0, 0.45),
                                                                         (0.55, 1.0)]
     titles = ["step time (ms)", "peak memory per device",
-              f"{mode} scaling efficiency<br>(vs the curve's first point)"]
+              f"{mode} scaling (vs first point)"]
     data: list[dict[str, Any]] = []
     split = {"compute": p.compute_s, "hidden comm": p.hidden_comm_s,
              "exposed comm": p.exposed_comm_s, "host / GIL": p.other_s}

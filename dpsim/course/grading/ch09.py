@@ -57,7 +57,13 @@ def _call_amp(fn: Callable[..., Any], *, width: int, batch: int, seed: int) -> d
     model = _amp_model(width, seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
     x, y = _amp_data(batch, seed)
-    return _amp_outcome(model, opt, fn(model, opt, x, y))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the reference: bf16 sums depend on the thread count
+    try:
+        answer = fn(model, opt, x, y)
+    finally:
+        torch.set_num_threads(threads)
+    return _amp_outcome(model, opt, answer)
 
 
 def _reference_amp(width: int, batch: int, seed: int, autocast: bool = True
@@ -65,6 +71,16 @@ def _reference_amp(width: int, batch: int, seed: int, autocast: bool = True
     """torch's own step (autocast bf16, Adam); the outcome and the bytes measured."""
     from dpsim.runtime.measure import model_state_breakdown
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the sandbox: bf16 sums depend on the thread count
+    try:
+        return _reference_amp_one_thread(width, batch, seed, autocast, model_state_breakdown)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reference_amp_one_thread(width: int, batch: int, seed: int, autocast: bool,
+                              breakdown: Any) -> tuple[dict[str, Any], list[int]]:
     model = _amp_model(width, seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
     x, y = _amp_data(batch, seed)
@@ -73,7 +89,7 @@ def _reference_amp(width: int, batch: int, seed: int, autocast: bool = True
         loss = nn.functional.cross_entropy(model(x), y)
     loss.backward()
     opt.step()
-    b = model_state_breakdown(model, opt)
+    b = breakdown(model, opt)
     measured = [b.parameters, b.gradients, b.optimizer]
     return _amp_outcome(model, opt, measured), measured
 
