@@ -295,7 +295,7 @@ def test_6_5_full_optimizer_state_on_every_rank_is_caught() -> None:
 
 
 def test_6_5_partition_follows_torch_rule() -> None:
-    from dpsim.course.grading.ch06_zero import zero_partition
+    from dpsim.zero_partition import zero1_partition as zero_partition
 
     assert zero_partition([10, 30, 20, 30], 2) == [[1, 2], [3, 0]]  # largest first, ties kept
     assert zero_partition([5], 3) == [[0], [], []]

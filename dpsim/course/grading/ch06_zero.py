@@ -12,7 +12,6 @@ rule (a slow test runs ZeroRedundancyOptimizer itself and compares both).
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,7 +20,8 @@ import torch
 from torch import nn
 
 from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import join, run_specs
+from dpsim.course.grading.rank_specs import join, linear_stack, run_specs
+from dpsim.zero_partition import zero1_partition
 
 STEPS = 3
 LR = 0.01
@@ -34,30 +34,13 @@ ADAM_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per element (the 0-dim step 
 
 def make_model(widths: list[int], seed: int) -> nn.Module:
     """Linear layers with Tanh between them (the model of exercise 6.5)."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for a, b in itertools.pairwise(widths):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    return nn.Sequential(*layers[:-1])
+    return linear_stack(widths, seed, nn.Tanh)
 
 
 def batch(widths: list[int], seed: int, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank `rank`'s batch of 4 at `step`."""
     g = torch.Generator().manual_seed(7919 * seed + 100 * step + rank)
     return torch.randn(4, widths[0], generator=g), torch.randn(4, widths[-1], generator=g)
-
-
-def zero_partition(numels: list[int], world_size: int) -> list[list[int]]:
-    """Parameter indices per rank by ZeroRedundancyOptimizer's rule (torch 2.x
-    `_partition_parameters`: sorted by numel, largest first, stable; each to the first rank
-    with the fewest elements so far)."""
-    owned: list[list[int]] = [[] for _ in range(world_size)]
-    sizes = [0] * world_size
-    for i in sorted(range(len(numels)), key=lambda i: numels[i], reverse=True):
-        r = sizes.index(min(sizes))
-        owned[r].append(i)
-        sizes[r] += numels[i]
-    return owned
 
 
 def reference_params(widths: list[int], seed: int, world_size: int) -> list[float]:
@@ -140,7 +123,7 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
         label = (f"{ws} gloo ranks, Linear widths {widths} (parameter sizes {numels}), "
                  f"Adam lr={LR}, {STEPS} steps")
         yield Case(label, args=(specs, index),
-                   expected=outcome(per_rank(zero_partition(numels, ws))),
+                   expected=outcome(per_rank(zero1_partition(numels, ws))),
                    call=run_zero1, abs_tol=ABS_TOL, mistakes={
                        "every rank keeps Adam state for every parameter: build the "
                        "optimizer over this rank's own parameters only":

@@ -12,10 +12,14 @@ one exercise share one launch.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import torch
+from torch import nn
 
 from dpsim.course.grading.core import rank_error
 
@@ -118,3 +122,13 @@ def _remember(key: tuple[str, int, str], fn: Any, result: Any, error: BaseExcept
     while len(_CACHE) >= _CACHE_SIZE:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[key] = (fn, result, error)
+
+
+def linear_stack(widths: list[int], seed: int, activation: type[nn.Module]) -> nn.Module:
+    """Linear layers with `activation` between them, initialised from `seed` (the models of
+    exercises 5.5, 6.5 and 8.x)."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for a, b in itertools.pairwise(widths):
+        layers += [nn.Linear(a, b), activation()]
+    return nn.Sequential(*layers[:-1])
