@@ -16,8 +16,10 @@ from dpsim.hardware import (
     EFA_V2,
     H100_80GB,
     H200,
+    INFINIBAND_EDR,
     INFINIBAND_HDR,
     INFINIBAND_NDR,
+    NVLINK2,
     NVLINK3,
     NVLINK4,
     NVLINK5,
@@ -25,6 +27,7 @@ from dpsim.hardware import (
     ROCE_100G,
     ROCE_200G,
     RTX_4090,
+    V100_32GB,
     Cluster,
 )
 
@@ -47,6 +50,13 @@ SOURCES: dict[str, str] = {
                 "(16x 200 Gbps RoCE)",
     "gb200-nvl-8": "8 GPUs of a GB200 NVL72 rack (2 compute trays of 4), one NVLink 5 domain "
                    "with NVLink SHARP; as run in oracle-quickstart/oci-hpc-oke README",
+    "dgx-1v": "NVIDIA DGX-1 with Tesla V100 datasheet: 8x V100 (16 or 32 GB), NVLink hybrid "
+              "cube mesh (6 NVLink 2 links of 25 GB/s per direction per GPU), 4x 100 Gb/s "
+              "InfiniBand EDR. Modelled as a switched NVLink 2 fabric at 150 GB/s per "
+              "direction: NCCL's rings over 8 GPUs use all six links; for 2 or 4 GPUs of the "
+              "mesh fewer links join them, which this preset does not model",
+    "dgx-2": "NVIDIA DGX-2 datasheet: 16x V100 32GB, 12 NVSwitches (every GPU 6 NVLink 2 "
+             "links, 300 GB/s bidirectional, to every other), 8x 100 Gb/s InfiniBand EDR",
     "rtx4090-workstation": "A 4x RTX 4090 workstation: PCIe 4.0 x16 per card, no NVLink "
                            "(NVIDIA Ada whitepaper; peer access disabled on GeForce)",
 }
@@ -83,6 +93,10 @@ def _clusters() -> dict[str, Cluster]:
                             NVLINK4, ROCE_200G, nics_per_node=16, nvls=True),
         "gb200-nvl-8": Cluster("8 GPUs of a GB200 NVL72 (one NVLink 5 domain)", B200, 8, 1,
                                NVLINK5, nvls=True),
+        "dgx-1v": Cluster("DGX-1 (8x V100 32GB, NVLink hybrid cube mesh, 4x EDR 100 Gb/s)",
+                          V100_32GB, 8, 1, NVLINK2, INFINIBAND_EDR, nics_per_node=4),
+        "dgx-2": Cluster("DGX-2 (16x V100 32GB, NVSwitch, 8x EDR 100 Gb/s)", V100_32GB, 16, 1,
+                         NVLINK2, INFINIBAND_EDR, nics_per_node=8),
         "rtx4090-workstation": Cluster("4x RTX 4090 workstation (PCIe 4.0)", RTX_4090, 4, 1,
                                        PCIE4_X16),
     }
