@@ -155,7 +155,7 @@ def stamp(result: dict[str, Any], name: str) -> dict[str, Any]:
 # the worst case's keys shown in the README
 SHOWN = ("world_size", "model", "hidden", "depth", "bucket_cap_mb", "trial", "way", "setup",
          "entry_point", "strategy", "n_devices", "layers", "run", "nbytes", "id", "n_gpus",
-         "batch")
+         "batch", "table", "stage", "published")
 
 
 def _load(result: dict[str, Any]) -> str:

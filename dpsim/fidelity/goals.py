@@ -12,6 +12,8 @@ from typing import Any
 COLLECTIVES_MEDIAN, COLLECTIVES_EVERY = 0.15, 0.30  # held-out relative error
 MEMORY_EVERY = 0.01
 DDP_EVERY = 0.15
+RESNET_EVERY = 0.15  # NVIDIA ResNet-50 tables: step time and scaling, every point
+ZERO_PAPER_EVERY = 0.01  # ZeRO paper Tables 1-2: every cell, beyond the printed rounding
 
 
 def _goal(text: str, value: float, target: float, decided_by: str, median: float,
@@ -41,4 +43,27 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         _goal("PyTorch DDP benchmark: step time and scaling within 15 % at every point",
               ddp["value"]["worst"], DDP_EVERY, "worst", ddp["value"]["median"],
               ddp["value"]["worst"], {"n_gpus": ddp["worst_case"]["n_gpus"]}),
+        *_resnet_goals(fam), *_zero_paper_goals(fam),
     ]
+
+
+def _resnet_goals(fam: dict[str, Any]) -> list[dict[str, Any]]:
+    """NVIDIA's ResNet-50 multi-GPU tables (absent from results written before them)."""
+    if "nvidia_resnet50_scaling" not in fam:
+        return []
+    r = fam["nvidia_resnet50_scaling"]
+    return [_goal("NVIDIA ResNet-50 tables: DDP step time and scaling within 15 % at every "
+                  "point", r["value"]["worst"], RESNET_EVERY, "worst", r["value"]["median"],
+                  r["value"]["worst"], {k: r["worst_case"][k] for k in ("table", "n_gpus")})]
+
+
+def _zero_paper_goals(fam: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ZeRO paper's Tables 1 and 2 (absent from results written before them)."""
+    if "zero_paper_tables" not in fam:
+        return []
+    z = fam["zero_paper_tables"]
+    w = z["worst_case"]
+    return [_goal("ZeRO paper Tables 1-2: every cell within 1 % (beyond printed rounding)",
+                  z["value"]["worst"], ZERO_PAPER_EVERY, "worst", z["value"]["median"],
+                  z["value"]["worst"], {"table": w["table"], "stage": w["stage"],
+                                        "published": w["published"]})]

@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from dpsim.cluster_presets import CLUSTERS
+from dpsim.cluster_presets import CLUSTERS, SOURCES
 from dpsim.hardware import DEVICES, V100_32GB, Cluster, Device
 from dpsim.strategies import ddp, single
 from dpsim.workload import Workload, get_workload
@@ -89,6 +90,7 @@ def ddp_step_s(workload: Workload, table: dict[str, Any], device: Device,
     return ddp.step_result(trace).step_s
 
 
+@lru_cache(maxsize=64)
 def expected_max_normal(n: int) -> float:
     """E[max of n independent standard normals] (0 for n = 1), by quadrature."""
     if n <= 1:
@@ -173,3 +175,73 @@ def evaluate(path: Path = DATA) -> dict[str, Any]:
                                  "all_reduce": t["all_reduce"], "cluster": t["cluster"],
                                  "device": t["device"]} for t in data["tables"]},
             "note": data["note"]}
+
+
+WHY_MISSED = (
+    "dpsim's DDP step hides the all-reduce (under 2 ms for ResNet-50's 51-102 MB of "
+    "gradients over NVLink) behind a 100-500 ms step, so it predicts 99.6-99.9 % scaling "
+    "everywhere. The published losses are up to 6 % with FP32/TF32 and up to 17 % with AMP, "
+    "largest for PyTorch on DGX A100 and DGX-1 and TensorFlow on 16 GPUs of a DGX-2. The "
+    "tables do not say where that time goes; what the AMP rows share is a 2.6-3.6x shorter "
+    "step, so any cost outside GPU compute and the all-reduce (input pipeline, host, the "
+    "slowest rank each step) weighs about three times more. dpsim models none of these.")
+
+
+def family(goal: float) -> dict[str, Any]:
+    """The results entry of this family (`goal`: the largest error allowed at any point)."""
+    ev = evaluate()
+    return {"goal": f"DDP step time and scaling efficiency within {goal:.0%} at every "
+                    "multi-GPU point, predicted from each table's 1-GPU row",
+            "value": {"median": ev["median"], "worst": ev["worst"]},
+            "goal_met": ev["worst"] <= goal, "worst_case": ev["worst_case"],
+            "n_points": ev["n_points"],
+            "fitted": {"device_efficiency_by_table": ev["efficiency_by_table"],
+                       "on": "each table's 1-GPU row (an input, not a prediction); every "
+                             "multi-GPU row is held out"},
+            "straggler_extension": ev["straggler_extension"], "why_missed": WHY_MISSED,
+            "tf32_peak": TF32_SOURCE, "tables": ev["tables"], "note": ev["note"],
+            "clusters": {t["cluster"]: SOURCES[t["cluster"]] for t in ev["tables"].values()},
+            "rows": ev["rows"]}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def section(fam: dict[str, Any]) -> list[str]:
+    """docs/validation.md's section for this family: every point, the extension, sources."""
+    ext = fam["straggler_extension"]
+    out = ["## NVIDIA ResNet-50 multi-GPU scaling (DDP strategy)", "",
+           f"Goal: {fam['goal']}. Held-out median {fam['value']['median']:.1%}, worst "
+           f"{fam['value']['worst']:.1%} (`{fam['worst_case']['table']}`, "
+           f"{fam['worst_case']['n_gpus']} GPUs); goal met: {fam['goal_met']}. Error per "
+           "point: the larger of |step error| and |scaling error|. Input (not predicted): "
+           "each table's 1-GPU row, which sets the GPU's achieved fraction of peak "
+           f"`{json.dumps(fam['fitted']['device_efficiency_by_table'])}`.", "",
+           WHY_MISSED, "",
+           "| table | GPUs | batch/GPU | published s | dpsim s | error | published scaling | "
+           "dpsim scaling | error |", "|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {r['table']} | {r['n_gpus']} | {r['batch_per_gpu']} | {r['published_s']} | "
+            f"{r['predicted_s']} | {_pct(r['error'])} | {r['published_efficiency']} | "
+            f"{r['predicted_efficiency']} | {_pct(r['efficiency_error'])} |"
+            for r in fam["rows"]]
+    out += ["", "Not shipped, tested here: each step waits for the slowest of n ranks, "
+            "+ c x E[max of n standard normals] x the 1-GPU step. Fitted on "
+            f"{ext['fitted_on']}: c = {ext['c']}. Held out: median {ext['held_out_median']:.1%}, "
+            f"worst {ext['held_out_worst']:.1%} (fit residual, worst "
+            f"{ext['fit_residual_worst']:.1%}).", "",
+            "| table | GPUs | with the term, s | step error | scaling error | held out |",
+            "|---|---|---|---|---|---|"]
+    out += [f"| {r['table']} | {r['n_gpus']} | {r['predicted_s']} | {_pct(r['error'])} | "
+            f"{_pct(r['efficiency_error'])} | {r['held_out']} |" for r in ext["rows"]]
+    out += ["", "Sources (throughput in img/s; published step = batch x GPUs / throughput, "
+            "published scaling = n-GPU / (n x 1-GPU throughput)):", ""]
+    for name, t in fam["tables"].items():
+        s, b = t["source"], t["batch_source"]
+        out.append(f"- `{name}`: {s['repo']}, `{s['path']}` at commit `{s['commit']}`, "
+                   f"{s['where']}. Batch per GPU: `{b['path']}`, {b['where']}. Cluster "
+                   f"preset `{t['cluster']}`, device `{t['device']}`. All-reduce: "
+                   f"{t['all_reduce']}.")
+    out += [f"- cluster `{name}`: {text}." for name, text in fam["clusters"].items()]
+    out += [f"- TF32 peak: {fam['tf32_peak']}.", f"- {fam['note']}", ""]
+    return out
