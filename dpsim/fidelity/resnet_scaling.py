@@ -224,6 +224,10 @@ def section(fam: dict[str, Any]) -> list[str]:
            "each table's 1-GPU row, which sets the GPU's achieved fraction of peak "
            f"`{json.dumps(fam['fitted']['device_efficiency_by_table'])}`. Worst by precision: "
            + ", ".join(f"{k} {v:.1%}" for k, v in fam["worst_by_precision"].items()) + ".", "",
+           "Workload: `get_workload(\"resnet50\")` (25.6 M parameters in six stages); DDP's "
+           "buckets (1 MiB first, 25 MiB after) are built over one gradient per stage, not "
+           "torchvision's 161 tensors; gradients are fp16 only where the framework keeps "
+           "16-bit parameters (MXNet float16).", "",
            WHY_MISSED, "",
            "| table | GPUs | batch/GPU | published s | dpsim s | error | published scaling | "
            "dpsim scaling | error |", "|---|---|---|---|---|---|---|---|---|"]
