@@ -12,6 +12,7 @@ from typing import Any
 COLLECTIVES_MEDIAN, COLLECTIVES_EVERY = 0.15, 0.30  # held-out relative error
 MEMORY_EVERY = 0.01
 DDP_EVERY = 0.15
+FSDP_SCALE_EVERY = 0.20  # FSDP/ZeRO-3 throughput, every held-out point
 
 
 def _goal(text: str, value: float, target: float, decided_by: str, median: float,
@@ -41,4 +42,16 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         _goal("PyTorch DDP benchmark: step time and scaling within 15 % at every point",
               ddp["value"]["worst"], DDP_EVERY, "worst", ddp["value"]["median"],
               ddp["value"]["worst"], {"n_gpus": ddp["worst_case"]["n_gpus"]}),
+        *_fsdp_scale(fam),
     ]
+
+
+def _fsdp_scale(fam: dict[str, Any]) -> list[dict[str, Any]]:
+    """The FSDP/ZeRO-3 throughput goal, when the results hold that family."""
+    fs = fam.get("fsdp_zero3_throughput_at_scale")
+    if fs is None:
+        return []
+    where = {k: fs["worst_case"][k] for k in ("series", "point", "model", "n_gpus")}
+    return [_goal("FSDP/ZeRO-3 throughput at scale: every held-out point within 20 %",
+                  fs["value"]["worst"], FSDP_SCALE_EVERY, "worst", fs["value"]["median"],
+                  fs["value"]["worst"], where)]

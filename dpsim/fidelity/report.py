@@ -20,7 +20,7 @@ from dpsim.collectives.link_constants import (
     NVLS_HOP_US,
 )
 from dpsim.collectives.link_constants import FIT as FIT_SOURCE
-from dpsim.fidelity import collectives, ddp, memory
+from dpsim.fidelity import collectives, ddp, fsdp_scale, fsdp_scale_report, memory
 from dpsim.fidelity.goals import goals
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
@@ -36,8 +36,7 @@ NOT_COVERED = [
     "single-node A100/H100/H200 nccl-tests tables: none with an exact, citable file found; "
     "the NVLink and NVLS fractions cite NCCL maintainers' statements instead",
     "ZeRO paper tables (Rajbhandari et al. 2020): the paper's text was not reachable here",
-    "NVIDIA ResNet-50 multi-GPU scaling tables and the FSDP paper's throughput figures: not "
-    "transcribed yet, so ZeRO-3/FSDP throughput at scale is not validated",
+    "NVIDIA ResNet-50 multi-GPU scaling tables: not transcribed yet",
     "PyTorch DDP benchmark: only its ResNet-50 rows; the DGX-1's NVLink hybrid cube mesh is "
     "modelled as a switched NVLink 2 fabric",
 ]
@@ -96,8 +95,9 @@ def run() -> dict[str, Any]:
                 "fitted": {"v100_efficiency": dd["fitted_efficiency"],
                            "on": "the one-GPU no-DDP time; every DDP point is held out"},
                 "source": dd["source"], "config": dd["config"], "rows": dd["rows"]},
+            fsdp_scale_report.NAME: fsdp_scale_report.family(fsdp_scale.evaluate()),
         },
-        "not_covered": NOT_COVERED,
+        "not_covered": NOT_COVERED + fsdp_scale_report.NOT_COVERED,
     }
 
 
@@ -146,7 +146,8 @@ def markdown(results: dict[str, Any]) -> str:
            f"| DeepSpeed memory estimator | {mem['goal']} | {mem['value']['median']:.2%} | "
            f"{mem['value']['worst']:.2%} | {mem['goal_met']} (nothing fitted) |",
            f"| PyTorch DDP benchmark (ResNet-50, V100) | {dd['goal']} | "
-           f"{dd['value']['median']:.1%} | {dd['value']['worst']:.1%} | {dd['goal_met']} |", "",
+           f"{dd['value']['median']:.1%} | {dd['value']['worst']:.1%} | {dd['goal_met']} |",
+           fsdp_scale_report.summary_row(results["families"][fsdp_scale_report.NAME]), "",
            f"Fit residual (training half, not a prediction error): median "
            f"{coll['fit_residual_median']:.1%}.", "", "## Worst points", "",
            f"Worst held-out point: `{coll['worst_case']['run']}` at "
@@ -191,6 +192,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += [f"| {r['n_gpus']} | {r['published_s']} | {r['predicted_s']} | {_pct(r['error'])} "
             f"| {r['published_efficiency']} | {r['predicted_efficiency']} | "
             f"{_pct(r['efficiency_error'])} |" for r in dd["rows"]]
+    out += fsdp_scale_report.markdown(results["families"][fsdp_scale_report.NAME])
     out += ["", "## Not covered", ""] + [f"- {n}" for n in results["not_covered"]]
     return "\n".join(out) + "\n"
 
@@ -211,6 +213,7 @@ def main(root: str = ".", write: bool = True) -> int:
     for d in dd["rows"]:
         print(f"DDP resnet50 {d['n_gpus']:>2} GPUs  published {d['published_s']} s  dpsim "
               f"{d['predicted_s']} s  {_pct(d['error'])}  scaling {_pct(d['efficiency_error'])}")
+    print("\n".join(fsdp_scale_report.console(results["families"][fsdp_scale_report.NAME])))
     print(f"collectives held out: median {coll['value']['median']:.1%}, worst "
           f"{coll['value']['worst']:.1%}; memory worst {mem['value']['worst']:.2%}; DDP worst "
           f"{dd['value']['worst']:.1%}")
