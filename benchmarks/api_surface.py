@@ -92,6 +92,7 @@ SKIPPED: dict[str, str] = {
                     "fsdp_scale.settings", "fsdp_scale.step", "fsdp_scale.metric",
                     "fsdp_scale.implied_efficiency", "fsdp_scale.fit_point",
                     "fsdp_scale.varies", "fsdp_scale.evaluate", "fsdp_scale_report.family",
+                    "fsdp_scale_report.build",
                     "fsdp_scale_report.why", "fsdp_scale_report.summary_row",
                     "fsdp_scale_report.markdown", "fsdp_scale_report.console")},
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,

@@ -96,6 +96,10 @@ def test_clusters_and_metrics(data: dict[str, Any]) -> None:
     assert teton.inter_node.bandwidth_GBps == 50.0
     p4d = fsdp_scale.cluster(data["clusters"]["p4d"], 512, 0.3)
     assert (p4d.n_nodes, p4d.nics) == (64, 4)
+    slow = fsdp_scale.cluster(data["clusters"]["p4d"], 512, 0.3, nic_scale=0.5)
+    assert slow.inter_node is not None
+    assert p4d.inter_node is not None
+    assert slow.inter_node.bandwidth_GBps == p4d.inter_node.bandwidth_GBps / 2
     series = next(s for s in data["series"] if s["metric"] == "megatron_tflops_per_gpu")
     point = series["points"][0]
     fast = fsdp_scale.metric(data, series, point, 1.0)
@@ -105,8 +109,9 @@ def test_clusters_and_metrics(data: dict[str, Any]) -> None:
 
 
 def test_the_family_reaches_validation_goals(evaluated: dict[str, Any]) -> None:
-    fam = fsdp_scale_report.family(evaluated)
+    fam = fsdp_scale_report.family(evaluated, evaluated)
     assert fam["goal_met"] == (fam["worst"] <= fsdp_scale.GOAL_EVERY)
+    assert fam["network_sensitivity"]["worst"] == fam["worst"]
     assert abs(fam["worst_case"]["error"]) == fam["worst"]
     results = {"families": {
         "nccl_tests_all_reduce_time": {"value": {"median": 0.1, "worst": 0.2},

@@ -71,8 +71,10 @@ def _nic(gbps: float, kind: str) -> Link:
     return Link(f"{kind} {gbps * 8:g} Gb/s", gbps, like.latency_us, kind)
 
 
-def cluster(spec: dict[str, Any], n_gpus: int, efficiency: float) -> Cluster:
-    """The series' cluster with `n_gpus` devices at `efficiency` of peak."""
+def cluster(spec: dict[str, Any], n_gpus: int, efficiency: float,
+            nic_scale: float = 1.0) -> Cluster:
+    """The series' cluster with `n_gpus` devices at `efficiency` of peak, its NICs'
+    bandwidth times `nic_scale` (a sensitivity check of the assumed network)."""
     if "preset" in spec:
         base = CLUSTERS[spec["preset"]]
     else:
@@ -83,7 +85,10 @@ def cluster(spec: dict[str, Any], n_gpus: int, efficiency: float) -> Cluster:
                        INTRA[spec["intra_node"]], _nic(spec["nic_GBps"], spec["nic_kind"]),
                        nics_per_node=spec["nics_per_node"], nvls=spec["nvls"])
     sized = base.with_devices(n_gpus)
-    return replace(sized, device=replace(sized.device, efficiency=efficiency))
+    nic = sized.inter_node
+    if nic is not None:
+        nic = replace(nic, bandwidth_GBps=nic.bandwidth_GBps * nic_scale)
+    return replace(sized, device=replace(sized.device, efficiency=efficiency), inter_node=nic)
 
 
 def settings(series: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +113,8 @@ def step(data: dict[str, Any], series: dict[str, Any], point: dict[str, Any],
     config = apply_knobs(config, point["strategy"], precision="torch_amp" if amp else "mixed",
                          activation_checkpointing=s["activation_checkpointing"],
                          offload=s["offload"])
-    hw = cluster(data["clusters"][series["cluster"]], n, efficiency)
+    hw = cluster(data["clusters"][series["cluster"]], n, efficiency,
+                 data.get("nic_scale", 1.0))
     w = workload(data["models"], s["model"])
     return strategy.step_result(strategy.simulate(w, hw, config))
 
@@ -184,9 +190,11 @@ def _row(data: dict[str, Any], series: dict[str, Any], point: dict[str, Any],
             "where": point["where"]}
 
 
-def evaluate(path: Path = DATA) -> dict[str, Any]:
-    """Fit each series on its `fit_on` point; every other point is held out."""
+def evaluate(path: Path = DATA, nic_scale: float = 1.0) -> dict[str, Any]:
+    """Fit each series on its `fit_on` point; every other point is held out.
+    `nic_scale` multiplies every NIC's bandwidth (the networks are partly assumed)."""
     data = load(path)
+    data["nic_scale"] = nic_scale
     rows: list[dict[str, Any]] = []
     fitted: dict[str, float] = {}
     for series in data["series"]:

@@ -20,7 +20,7 @@ from dpsim.collectives.link_constants import (
     NVLS_HOP_US,
 )
 from dpsim.collectives.link_constants import FIT as FIT_SOURCE
-from dpsim.fidelity import collectives, ddp, fsdp_scale, fsdp_scale_report, memory
+from dpsim.fidelity import collectives, ddp, fsdp_scale_report, memory
 from dpsim.fidelity.goals import goals
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
@@ -95,7 +95,7 @@ def run() -> dict[str, Any]:
                 "fitted": {"v100_efficiency": dd["fitted_efficiency"],
                            "on": "the one-GPU no-DDP time; every DDP point is held out"},
                 "source": dd["source"], "config": dd["config"], "rows": dd["rows"]},
-            fsdp_scale_report.NAME: fsdp_scale_report.family(fsdp_scale.evaluate()),
+            fsdp_scale_report.NAME: fsdp_scale_report.build(),
         },
         "not_covered": NOT_COVERED + fsdp_scale_report.NOT_COVERED,
     }
