@@ -15,8 +15,9 @@ NOT_COVERED = [
     "their numbers is used; the 1T post's GPT-175B series exists only as a plot (one text "
     "number, 159 TFLOPS at 128 GPUs, nothing to hold out)",
     "FSDP/ZeRO-3 throughput: rows left out on purpose: the PyTorch blog's 13B row (selective "
-    "checkpointing of every n-th block, n not stated), torchtitan's torch.compile and Float8 "
-    "rows (dpsim models neither), torchtitan's earlier 64x A100 tables (network not stated)",
+    "checkpointing of every n-th block, n not stated), torchtitan's rows with selective "
+    "checkpointing (dpsim has none) and its torch.compile and Float8 rows (near copies of the "
+    "plain FSDP rows at the same scales)",
 ]
 
 
@@ -94,9 +95,9 @@ def why(ev: dict[str, Any]) -> str:
             "each series.")
         if max(implied) > max(fitted):
             text.append(
-                "The fraction of peak the GEMMs reach grows with the matmul width and the "
-                "tokens per GPU (the larger models run batch 2 to 8 with full recompute), "
-                "and dpsim holds one fraction per device.")
+                "The fraction of peak these steps reach changes with the matmul width, the "
+                "tokens per GPU and the recompute the larger models run; dpsim holds one "
+                "fraction per device.")
     return " ".join(text)
 
 
@@ -104,7 +105,7 @@ def _sensitivity(fam: dict[str, Any]) -> str:
     sens = fam.get("network_sensitivity")
     if not sens:
         return ""
-    return (f" The NIC counts and rates of the IBM clusters are assumed (see the sources); "
+    return (" Some networks are partly assumed (NIC counts, rates: see the cluster sources); "
             f"with every NIC at {sens['nic_scale']:.0%} of its rate (fit repeated), dpsim "
             f"leaves up to {sens['exposed_comm_share_max']:.1%} of a step waiting on "
             f"communication and the held-out median and worst become {sens['median']:.1%} "
