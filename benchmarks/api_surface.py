@@ -47,6 +47,7 @@ SIMULATOR_MODULES = (
     "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
     "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
     "dpsim.strategies.hsdp", "dpsim.fidelity.resnet_scaling", "dpsim.fidelity.zero_paper",
+    "dpsim.fidelity.fsdp_scale", "dpsim.fidelity.fsdp_scale_report",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -94,6 +95,16 @@ SKIPPED: dict[str, str] = {
                     "zero_paper.printed", "zero_paper.errors", "zero_paper.table1_rows",
                     "zero_paper.bold_agrees", "zero_paper.table2_rows", "zero_paper.evaluate",
                     "zero_paper.family", "zero_paper.section")},
+    **{f"dpsim.fidelity.{name}": "the FSDP/ZeRO-3 throughput validation over its shipped "
+                                 "dataset; run by python -m dpsim validate and "
+                                 "tests/test_fidelity_fsdp_scale.py"
+       for name in ("fsdp_scale.load", "fsdp_scale.workload", "fsdp_scale.cluster",
+                    "fsdp_scale.settings", "fsdp_scale.step", "fsdp_scale.metric",
+                    "fsdp_scale.implied_efficiency", "fsdp_scale.fit_point",
+                    "fsdp_scale.varies", "fsdp_scale.evaluate", "fsdp_scale_report.family",
+                    "fsdp_scale_report.build",
+                    "fsdp_scale_report.why", "fsdp_scale_report.summary_row",
+                    "fsdp_scale_report.markdown", "fsdp_scale_report.console")},
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,

@@ -42,6 +42,8 @@ SOURCES: dict[str, str] = {
                 "GPU), 8x ConnectX-7 400 Gb/s for compute",
     "p4de": "AWS EC2 P4 instances page: p4de.24xlarge, 8x A100 80GB, NVSwitch 600 GB/s, "
             "400 Gbps EFA (4 NICs)",
+    "p4d": "AWS EC2 P4 instances page: p4d.24xlarge, 8x A100 40GB, NVSwitch 600 GB/s, "
+           "400 Gbps EFA (4 NICs)",
     "p5": "AWS EC2 P5 instances page: p5.48xlarge, 8x H100 80GB, NVSwitch 900 GB/s, "
           "3,200 Gbps EFAv2 (32 NICs of 100 Gbps)",
     "oci-a100": "OCI compute shapes, BM.GPU.B4.8: 8x A100 40GB, 1,600 Gbps RDMA "
@@ -85,6 +87,8 @@ def _clusters() -> dict[str, Cluster]:
                             INFINIBAND_NDR, nvls=True),
         "p4de": Cluster("AWS p4de.24xlarge (8x A100 80GB, 4x 100 Gb/s EFA)", A100_80GB, 8, 1,
                         NVLINK3, EFA_V1, nics_per_node=4),
+        "p4d": Cluster("AWS p4d.24xlarge (8x A100 40GB, 4x 100 Gb/s EFA)", A100_40GB, 8, 1,
+                       NVLINK3, EFA_V1, nics_per_node=4),
         "p5": Cluster("AWS p5.48xlarge (8x H100, 32x 100 Gb/s EFA v2)", H100_80GB, 8, 1,
                       NVLINK4, EFA_V2, nics_per_node=32, nvls=True),
         "oci-a100": Cluster("OCI BM.GPU.B4.8 (8x A100 40GB, 16x 100 Gb/s RoCE)", A100_40GB, 8,

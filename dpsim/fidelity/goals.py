@@ -14,6 +14,7 @@ MEMORY_EVERY = 0.01
 DDP_EVERY = 0.15
 RESNET_EVERY = 0.15  # NVIDIA ResNet-50 tables: step time and scaling, every point
 ZERO_PAPER_EVERY = 0.01  # ZeRO paper Tables 1-2: every cell, beyond the printed rounding
+FSDP_SCALE_EVERY = 0.20  # FSDP/ZeRO-3 throughput, every held-out point
 
 
 def _goal(text: str, value: float, target: float, decided_by: str, median: float,
@@ -43,7 +44,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         _goal("PyTorch DDP benchmark: step time and scaling within 15 % at every point",
               ddp["value"]["worst"], DDP_EVERY, "worst", ddp["value"]["median"],
               ddp["value"]["worst"], {"n_gpus": ddp["worst_case"]["n_gpus"]}),
-        *_resnet_goals(fam), *_zero_paper_goals(fam),
+        *_resnet_goals(fam), *_zero_paper_goals(fam), *_fsdp_scale(fam),
     ]
 
 
@@ -67,3 +68,14 @@ def _zero_paper_goals(fam: dict[str, Any]) -> list[dict[str, Any]]:
                   z["value"]["worst"], ZERO_PAPER_EVERY, "worst", z["value"]["median"],
                   z["value"]["worst"], {"table": w["table"], "stage": w["stage"],
                                         "published": w["published"]})]
+
+
+def _fsdp_scale(fam: dict[str, Any]) -> list[dict[str, Any]]:
+    """The FSDP/ZeRO-3 throughput goal, when the results hold that family."""
+    fs = fam.get("fsdp_zero3_throughput_at_scale")
+    if fs is None:
+        return []
+    where = {k: fs["worst_case"][k] for k in ("series", "point", "model", "n_gpus")}
+    return [_goal("FSDP/ZeRO-3 throughput at scale: every held-out point within 20 %",
+                  fs["value"]["worst"], FSDP_SCALE_EVERY, "worst", fs["value"]["median"],
+                  fs["value"]["worst"], where)]

@@ -20,7 +20,14 @@ from dpsim.collectives.link_constants import (
     NVLS_HOP_US,
 )
 from dpsim.collectives.link_constants import FIT as FIT_SOURCE
-from dpsim.fidelity import collectives, ddp, memory, resnet_scaling, zero_paper
+from dpsim.fidelity import (
+    collectives,
+    ddp,
+    fsdp_scale_report,
+    memory,
+    resnet_scaling,
+    zero_paper,
+)
 from dpsim.fidelity.goals import RESNET_EVERY, ZERO_PAPER_EVERY, goals
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
@@ -35,8 +42,6 @@ NOT_COVERED = [
     "all-gather and reduce-scatter nccl-tests runs: no exact published table found",
     "single-node A100/H100/H200 nccl-tests tables: none with an exact, citable file found; "
     "the NVLink and NVLS fractions cite NCCL maintainers' statements instead",
-    "the FSDP paper's throughput figures: not transcribed yet, so ZeRO-3/FSDP throughput at "
-    "scale is not validated",
     "ZeRO paper: only the model-state tables (1, 2 left half); the measured model sizes "
     "(Table 2 right half) and throughput figures include activations and buffers, not "
     "compared",
@@ -101,8 +106,9 @@ def run() -> dict[str, Any]:
                 "fitted": {"v100_efficiency": dd["fitted_efficiency"],
                            "on": "the one-GPU no-DDP time; every DDP point is held out"},
                 "source": dd["source"], "config": dd["config"], "rows": dd["rows"]},
+            fsdp_scale_report.NAME: fsdp_scale_report.build(),
         },
-        "not_covered": NOT_COVERED,
+        "not_covered": NOT_COVERED + fsdp_scale_report.NOT_COVERED,
     }
     results["families"].update(scaling_and_zero_families())
     return results
@@ -160,7 +166,8 @@ def markdown(results: dict[str, Any]) -> str:
            f"{mem['value']['worst']:.2%} | {mem['goal_met']} (nothing fitted) |",
            f"| PyTorch DDP benchmark (ResNet-50, V100) | {dd['goal']} | "
            f"{dd['value']['median']:.1%} | {dd['value']['worst']:.1%} | {dd['goal_met']} |",
-           *_summary_rows(results), "",
+           *_summary_rows(results),
+           fsdp_scale_report.summary_row(results["families"][fsdp_scale_report.NAME]), "",
            f"Fit residual (training half, not a prediction error): median "
            f"{coll['fit_residual_median']:.1%}.", "", "## Worst points", "",
            f"Worst held-out point: `{coll['worst_case']['run']}` at "
@@ -206,7 +213,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {r['published_efficiency']} | {r['predicted_efficiency']} | "
             f"{_pct(r['efficiency_error'])} |" for r in dd["rows"]]
     out += ["", *_sections(results)]
-    out += ["## Not covered", ""] + [f"- {n}" for n in results["not_covered"]]
+    out += fsdp_scale_report.markdown(results["families"][fsdp_scale_report.NAME])
+    out += ["", "## Not covered", ""] + [f"- {n}" for n in results["not_covered"]]
     return "\n".join(out) + "\n"
 
 
@@ -251,6 +259,7 @@ def main(root: str = ".", write: bool = True) -> int:
     for d in dd["rows"]:
         print(f"DDP resnet50 {d['n_gpus']:>2} GPUs  published {d['published_s']} s  dpsim "
               f"{d['predicted_s']} s  {_pct(d['error'])}  scaling {_pct(d['efficiency_error'])}")
+    print("\n".join(fsdp_scale_report.console(results["families"][fsdp_scale_report.NAME])))
     print(f"collectives held out: median {coll['value']['median']:.1%}, worst "
           f"{coll['value']['worst']:.1%}; memory worst {mem['value']['worst']:.2%}; DDP worst "
           f"{dd['value']['worst']:.1%}")

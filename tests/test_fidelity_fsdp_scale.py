@@ -1,0 +1,132 @@
+"""The FSDP/ZeRO-3 throughput family over its shipped dataset: every point sourced, the
+fit sees only its fit points, the held-out errors are what the model predicts, and the
+family reaches validation.json's goals."""
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from dpsim.fidelity import fsdp_scale, fsdp_scale_report
+from dpsim.fidelity.goals import goals
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, Any]:
+    return fsdp_scale.load()
+
+
+@pytest.fixture(scope="module")
+def evaluated() -> dict[str, Any]:
+    return fsdp_scale.evaluate()  # one evaluation for the module (about a second)
+
+
+def test_every_series_point_model_and_cluster_is_sourced(data: dict[str, Any]) -> None:
+    assert len(data["series"]) >= 3
+    for series in data["series"]:
+        src = series["source"]
+        if src["kind"] == "repository":
+            assert src["repo"]
+            assert src["path"]
+            assert re.fullmatch(r"[0-9a-f]{40}", src["commit"])
+        else:
+            assert src["url"].startswith("https://")
+            assert src["title"]
+        assert src["where"]
+        assert series["config"]
+        assert series["model"] if "model" in series else all(
+            "model" in p for p in series["points"])
+        assert series["cluster"] in data["clusters"]
+        ids = [p["id"] for p in series["points"]]
+        assert series["fit_on"] in ids
+        assert len(ids) == len(set(ids)) >= 2
+        for p in series["points"]:
+            assert p["where"]
+            assert p["published"] > 0
+            assert p["batch"] >= 1
+            assert p["strategy"] in ("fsdp", "hsdp")
+    assert all(m["source"] for m in data["models"].values())
+    assert all(c["source"] for c in data["clusters"].values())
+
+
+def test_held_out_rows_are_the_model_s_errors(evaluated: dict[str, Any],
+                                              data: dict[str, Any]) -> None:
+    rows = evaluated["rows"]
+    assert evaluated["n_points"] == len(rows) == sum(len(s["points"]) for s in data["series"])
+    assert evaluated["n_held_out"] == len(rows) - len(data["series"])  # one fit point each
+    for r in rows:
+        assert r["error"] == pytest.approx(r["predicted"] / r["published"] - 1, abs=2e-4)
+        assert 0 <= r["exposed_comm_share"] < 1
+    fit_rows = [r for r in rows if not r["held_out"]]
+    assert evaluated["fit_residual_worst"] == max(abs(r["error"]) for r in fit_rows) < 1e-3
+    held = sorted(abs(r["error"]) for r in rows if r["held_out"])
+    assert evaluated["worst"] == max(held)
+    assert min(held) <= evaluated["median"] <= max(held)
+    assert all(0 < e <= 1 for e in evaluated["fitted_efficiency"].values())
+    assert set(evaluated["median_by_kind"]) == {"scale", "model size"}
+
+
+def test_the_fit_sees_only_its_fit_point(data: dict[str, Any]) -> None:
+    series = next(s for s in data["series"] if s["id"].startswith("torchtitan"))
+    fit = fsdp_scale.implied_efficiency(data, series, fsdp_scale.fit_point(series))
+    moved = copy.deepcopy(series)
+    for p in moved["points"]:
+        if p["id"] != moved["fit_on"]:
+            p["published"] *= 3  # held-out numbers change nothing the fit returns
+    assert fsdp_scale.implied_efficiency(data, moved, fsdp_scale.fit_point(moved)) == fit
+    fsdp_scale.fit_point(moved)["published"] *= 0.5
+    lower = fsdp_scale.implied_efficiency(data, moved, fsdp_scale.fit_point(moved))
+    assert lower == pytest.approx(fit * 0.5, rel=0.05)  # nearly compute-bound
+
+
+def test_activation_checkpointing_reaches_the_strategy(data: dict[str, Any]) -> None:
+    series = next(s for s in data["series"] if s["id"].startswith("fms-fsdp"))
+    point = next(p for p in series["points"] if p["activation_checkpointing"])
+    with_ac = fsdp_scale.step(data, series, point, 0.5)
+    without = fsdp_scale.step(data, series, {**point, "activation_checkpointing": False}, 0.5)
+    assert 1.2 < with_ac.compute_s / without.compute_s < 1.4  # one forward recomputed
+
+
+def test_clusters_and_metrics(data: dict[str, Any]) -> None:
+    teton = fsdp_scale.cluster(data["clusters"]["grand-teton"], 128, 0.3)
+    assert (teton.n_nodes, teton.nics, teton.device.memory_GiB) == (16, 8, 96.0)
+    assert teton.device.efficiency == 0.3
+    assert teton.inter_node is not None
+    assert teton.inter_node.bandwidth_GBps == 50.0
+    p4d = fsdp_scale.cluster(data["clusters"]["p4d"], 512, 0.3)
+    assert (p4d.n_nodes, p4d.nics) == (64, 4)
+    slow = fsdp_scale.cluster(data["clusters"]["p4d"], 512, 0.3, nic_scale=0.5)
+    assert slow.inter_node is not None
+    assert p4d.inter_node is not None
+    assert slow.inter_node.bandwidth_GBps == p4d.inter_node.bandwidth_GBps / 2
+    series = next(s for s in data["series"] if s["metric"] == "megatron_tflops_per_gpu")
+    point = series["points"][0]
+    fast = fsdp_scale.metric(data, series, point, 1.0)
+    assert fsdp_scale.metric(data, series, point, 2.0) == pytest.approx(fast / 2)
+    with pytest.raises(ValueError, match="metric="):
+        fsdp_scale.metric(data, {**series, "metric": "samples"}, point, 1.0)
+
+
+def test_the_family_reaches_validation_goals(evaluated: dict[str, Any]) -> None:
+    fam = fsdp_scale_report.family(evaluated, evaluated)
+    assert fam["goal_met"] == (fam["worst"] <= fsdp_scale.GOAL_EVERY)
+    assert fam["network_sensitivity"]["worst"] == fam["worst"]
+    assert abs(fam["worst_case"]["error"]) == fam["worst"]
+    results = {"families": {
+        "nccl_tests_all_reduce_time": {"value": {"median": 0.1, "worst": 0.2},
+                                       "worst_case": {"run": "r", "nbytes": 1,
+                                                      "algorithm": "ring"}},
+        "deepspeed_memory_estimator": {"value": {"median": 0, "worst": 0},
+                                       "worst_case": {"id": "m"}},
+        "pytorch_ddp_benchmark": {"value": {"median": 0, "worst": 0},
+                                  "worst_case": {"n_gpus": 1}},
+        fsdp_scale_report.NAME: fam}}
+    mine = [g for g in goals(results) if g["goal"].startswith("FSDP/ZeRO-3")]
+    assert len(mine) == 1
+    assert mine[0]["decided_by"] == "worst"
+    assert mine[0]["value"] == fam["worst"]
+    assert mine[0]["median"] == fam["median"]
+    section = "\n".join(fsdp_scale_report.markdown(fam))
+    assert all(f"| {r['series']} | {r['point']} |" in section for r in fam["rows"])
+    assert all(s in section for s in fam["series"])
