@@ -46,7 +46,7 @@ SIMULATOR_MODULES = (
     "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
     "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
     "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
-    "dpsim.strategies.hsdp",
+    "dpsim.strategies.hsdp", "dpsim.collectives.group_cost",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",

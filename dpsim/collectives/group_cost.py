@@ -51,6 +51,17 @@ CLOSED_FORM_KINDS = ("generic", "shared_memory")  # numbers already achieved: no
 _CACHE_SIZE = 1 << 14
 
 
+def require_fits(cluster: Cluster, shape: GroupShape) -> GroupShape:
+    """`shape` if `cluster` has room for it (at most its devices per node and its nodes)."""
+    require_type("shape", shape, GroupShape)
+    if shape.ranks_per_node > cluster.devices_per_node or shape.n_nodes > cluster.n_nodes:
+        raise ValueError(f"shape={shape} does not fit cluster {cluster.name!r} "
+                         f"({cluster.n_nodes} nodes of {cluster.devices_per_node}); allowed: "
+                         f"ranks_per_node <= {cluster.devices_per_node}, n_nodes <= "
+                         f"{cluster.n_nodes}")
+    return shape
+
+
 def uses_nccl(cluster: Cluster, shape: GroupShape) -> bool:
     """Whether a group of this shape crosses a GPU link (then NCCL's model applies)."""
     require_type("cluster", cluster, Cluster)
@@ -76,7 +87,8 @@ def group_link(cluster: Cluster, shape: GroupShape) -> Link:
     """The achieved per-rank Link of a ring over the group: bandwidth min(B_i, B_n) (NCCL's
     rates, the network's share of this group's ranks on a node), latency the slowest hop's
     (with the spine's on a fabric that is not rail-optimized). For the closed forms."""
-    require_type("shape", shape, GroupShape)
+    require_type("cluster", cluster, Cluster)
+    require_fits(cluster, shape)
     fabric = fabric_cluster(cluster)
     b_i, b_n, _ = rates(fabric, shape)
     net = fabric.inter_node if shape.n_nodes > 1 else None
@@ -89,6 +101,8 @@ def nccl_algorithm(collective: str, algorithm: str, cluster: Cluster, shape: Gro
                    nbytes: int) -> str:
     """The NCCL algorithm a config's `algorithm` runs as on this group (module docstring)."""
     require_choice("algorithm", algorithm, GROUP_ALGORITHMS)
+    require_type("cluster", cluster, Cluster)
+    require_fits(cluster, shape)
     have = available(collective, cluster, shape)
     if algorithm == "auto":
         return choose_algorithm(collective, nbytes, cluster, shape)
@@ -109,7 +123,7 @@ def group_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupSha
     require_type("cluster", cluster, Cluster)
     require_type("shape", shape, GroupShape)
     require_choice("algorithm", algorithm, GROUP_ALGORITHMS)
-    group_shape(cluster, shape.world_size, shape.ranks_per_node)  # fits this cluster
+    require_fits(cluster, shape)
     return _cached(collective, nbytes, cluster, shape, algorithm)
 
 
