@@ -53,6 +53,8 @@ def group_cost_entry_points() -> tuple[EntryPoint, ...]:
     """A collective over a process group, as the strategies cost it."""
     algo = choice("algorithm", "auto", group_cost.GROUP_ALGORITHMS)
     return (
+        EntryPoint("collectives.group_cost.require_fits", group_cost.require_fits,
+                   (CL, obj("shape", SHAPE))),
         EntryPoint("collectives.group_cost.uses_nccl", group_cost.uses_nccl,
                    (CL, obj("shape", SHAPE))),
         EntryPoint("collectives.group_cost.fabric_cluster", group_cost.fabric_cluster,

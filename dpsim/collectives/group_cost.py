@@ -53,6 +53,7 @@ _CACHE_SIZE = 1 << 14
 
 def require_fits(cluster: Cluster, shape: GroupShape) -> GroupShape:
     """`shape` if `cluster` has room for it (at most its devices per node and its nodes)."""
+    require_type("cluster", cluster, Cluster)
     require_type("shape", shape, GroupShape)
     if shape.ranks_per_node > cluster.devices_per_node or shape.n_nodes > cluster.n_nodes:
         raise ValueError(f"shape={shape} does not fit cluster {cluster.name!r} "
