@@ -145,7 +145,8 @@ class Cluster:
 
         One node: the intra-node link at its achieved fraction. Across nodes, NCCL runs one
         ring per NIC, so a rank's share is min(intra, all the node's NICs); the latency is
-        the slowest hop's. See `dpsim.collectives.nccl.ring_link`.
+        the slowest hop's. See `dpsim.collectives.nccl.ring_link`; for any process group and
+        a fabric that is not rail-optimized, `dpsim.collectives.group_cost.group_link`.
         """
         require_int("n_devices", n_devices, 1, self.world_size)
         from dpsim.collectives.nccl import ring_link  # the model imports this module

@@ -37,10 +37,10 @@ from dpsim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP
 from dpsim.collectives.nccl import (
     NCCL_COLLECTIVES,
     GroupShape,
-    algorithm_time_s,
     available,
     choose_algorithm,
     group_shape,
+    nccl_time_s,
     rates,
 )
 from dpsim.hardware import Cluster, Link
@@ -139,8 +139,10 @@ def _cached(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
         return collective_time_s(collective, nbytes, shape.world_size,
                                  group_link(cluster, shape), closed)
     fabric = fabric_cluster(cluster)
-    algo = nccl_algorithm(collective, algorithm, fabric, shape, nbytes)
-    return algorithm_time_s(collective, nbytes, fabric, shape, algo)
+    algo = "auto" if algorithm == "auto" else nccl_algorithm(collective, algorithm, fabric,
+                                                             shape, nbytes)
+    return nccl_time_s(collective, nbytes, fabric, shape.world_size,
+                       ranks_per_node=shape.ranks_per_node, algorithm=algo)
 
 
 def cluster_time_s(collective: str, nbytes: int, cluster: Cluster,
