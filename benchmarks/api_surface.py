@@ -48,6 +48,7 @@ SIMULATOR_MODULES = (
     "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
     "dpsim.strategies.hsdp", "dpsim.fidelity.resnet_scaling", "dpsim.fidelity.zero_paper",
     "dpsim.fidelity.fsdp_scale", "dpsim.fidelity.fsdp_scale_report",
+    "dpsim.collectives.group_cost",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",

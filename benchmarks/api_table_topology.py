@@ -1,11 +1,12 @@
 """Fuzz-table entries of the topology-aware collective model and the hardware presets
-(`dpsim.collectives.nccl`, `dpsim.gpu_specs`, `dpsim.fidelity`)."""
+(`dpsim.collectives.nccl`, `dpsim.collectives.group_cost`, `dpsim.gpu_specs`,
+`dpsim.fidelity`)."""
 
 from __future__ import annotations
 
 from benchmarks.api_surface import Arg, EntryPoint, choice, flag, integer, obj
 from dpsim import gpu_specs, hardware
-from dpsim.collectives import nccl
+from dpsim.collectives import group_cost, nccl
 
 NAME = "name"
 IB4 = hardware.get_cluster("h100-ib-4")
@@ -39,9 +40,33 @@ def topology_entry_points() -> tuple[EntryPoint, ...]:
                    (obj("link", hardware.NVLINK4),)),
         EntryPoint("collectives.nccl.ring_link", nccl.ring_link,
                    (CL, integer("n_devices", 32))),
+        *group_cost_entry_points(),
         EntryPoint("gpu_specs.match_name", gpu_specs.match_name,
                    (Arg("cuda_name", "NVIDIA H100 80GB HBM3", NAME),)),
         EntryPoint("hardware.device_for_name", hardware.device_for_name,
                    (Arg("cuda_name", "NVIDIA H100 80GB HBM3", NAME),
                     integer("memory_bytes", 80 * 2**30), flag("warn", False))),
+    )
+
+
+def group_cost_entry_points() -> tuple[EntryPoint, ...]:
+    """A collective over a process group, as the strategies cost it."""
+    algo = choice("algorithm", "auto", group_cost.GROUP_ALGORITHMS)
+    return (
+        EntryPoint("collectives.group_cost.require_fits", group_cost.require_fits,
+                   (CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.group_cost.uses_nccl", group_cost.uses_nccl,
+                   (CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.group_cost.fabric_cluster", group_cost.fabric_cluster,
+                   (obj("cluster", hardware.get_cluster("h100-eth-4")),)),
+        EntryPoint("collectives.group_cost.group_link", group_cost.group_link,
+                   (CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.group_cost.nccl_algorithm", group_cost.nccl_algorithm,
+                   (COLL, algo, CL, obj("shape", SHAPE), NB)),
+        EntryPoint("collectives.group_cost.group_time_s", group_cost.group_time_s,
+                   (COLL, NB, CL, obj("shape", SHAPE), algo)),
+        EntryPoint("collectives.group_cost.cluster_time_s", group_cost.cluster_time_s,
+                   (COLL, NB, CL, algo)),
+        EntryPoint("collectives.group_cost.mesh_shapes", group_cost.mesh_shapes,
+                   (CL, integer("shard_size", 8))),
     )

@@ -2,6 +2,8 @@
 
 Each node lists its devices, intra-node fabric, NICs and whether its NVSwitch reduces in
 place (NVLS). Sources are the vendors' system pages, named beside each preset in SOURCES.
+Every multi-node preset is rail-optimized (`Cluster.rail_optimized`, the DGX SuperPOD
+cabling) except "h100-eth-4", an example of a cloud Ethernet fabric that is not.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ SOURCES: dict[str, str] = {
               "mesh fewer links join them, which this preset does not model",
     "dgx-2": "NVIDIA DGX-2 datasheet: 16x V100 32GB, 12 NVSwitches (every GPU 6 NVLink 2 "
              "links, 300 GB/s bidirectional, to every other), 8x 100 Gb/s InfiniBand EDR",
+    "h100-eth-4": "An example, not a vendor's system: 4 nodes of 8x H100 with 8x 200 Gb/s "
+                  "RoCE each on a leaf-spine fabric that is not rail-optimized (a node's NICs "
+                  "share a leaf), as general-purpose cloud Ethernet is often cabled",
     "rtx4090-workstation": "A 4x RTX 4090 workstation: PCIe 4.0 x16 per card, no NVLink "
                            "(NVIDIA Ada whitepaper; peer access disabled on GeForce)",
 }
@@ -79,6 +84,8 @@ def _clusters() -> dict[str, Cluster]:
                               inter_node=INFINIBAND_NDR),
         "h100-ib-128": replace(node, name="128 nodes of 8x H100, InfiniBand", n_nodes=128,
                                inter_node=INFINIBAND_NDR),
+        "h100-eth-4": replace(node, name="4 nodes of 8x H100, RoCE, not rail-optimized",
+                              n_nodes=4, inter_node=ROCE_200G, rail_optimized=False),
         "pcie-4gpu": Cluster("4x A100 40GB over PCIe", A100_40GB, 4, 1, PCIE4_X16),
         "dgx-a100": dgx_a100,
         "dgx-h100": dgx_h100,

@@ -98,7 +98,10 @@ class Cluster:
 
     A node is its devices, an intra-node fabric (`intra_node`: NVLink/NVSwitch, PCIe;
     `nvls`: the switch reduces in place, NVLink SHARP) and `nics_per_node` NICs of
-    `inter_node` each (0: one per device, as on DGX and HGX nodes).
+    `inter_node` each (0: one per device, as on DGX and HGX nodes). `rail_optimized`: NIC i
+    of every node is cabled to the same leaf switch (rail i), as in NVIDIA's DGX SuperPOD
+    designs, so a ring's inter-node hop crosses one switch; False: nodes hang on shared
+    leaves and hops cross the spine (`dpsim.collectives.group_cost.fabric_cluster`).
     """
 
     name: str
@@ -109,6 +112,7 @@ class Cluster:
     inter_node: Link | None = None  # one NIC (InfiniBand, RoCE, EFA, Ethernet); None: one node
     nics_per_node: int = 0  # NICs of `inter_node` per node; 0 = one per device
     nvls: bool = False  # in-switch reduction (NVLink SHARP, H100/H200/B200 NVSwitch)
+    rail_optimized: bool = True  # NIC i of every node on leaf switch i (see above)
 
     def __post_init__(self) -> None:
         require_type("name", self.name, str)
@@ -124,6 +128,7 @@ class Cluster:
             )
         require_int("nics_per_node", self.nics_per_node, 0, MAX_NICS_PER_NODE)
         require_bool("nvls", self.nvls)
+        require_bool("rail_optimized", self.rail_optimized)
 
     @property
     def nics(self) -> int:
@@ -140,7 +145,8 @@ class Cluster:
 
         One node: the intra-node link at its achieved fraction. Across nodes, NCCL runs one
         ring per NIC, so a rank's share is min(intra, all the node's NICs); the latency is
-        the slowest hop's. See `dpsim.collectives.nccl.ring_link`.
+        the slowest hop's. See `dpsim.collectives.nccl.ring_link`; for any process group and
+        a fabric that is not rail-optimized, `dpsim.collectives.group_cost.group_link`.
         """
         require_int("n_devices", n_devices, 1, self.world_size)
         from dpsim.collectives.nccl import ring_link  # the model imports this module

@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpsim.collectives.group_cost import group_link, uses_nccl
+from dpsim.collectives.nccl import group_shape
 from dpsim.compute import backward_time_s, forward_time_s, step_compute_s
-from dpsim.hardware import Cluster, Link
+from dpsim.hardware import MAX_NODES, Cluster, Link
 from dpsim.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.strategies.crossover import crossover_formula as crossover_formula  # re-exported
-from dpsim.strategies.crossover import solve_crossover
+from dpsim.strategies.crossover import solve_crossover, topology_crossover
 from dpsim.strategies.inputs import (
     MAX_BATCH,
     require_cluster,
@@ -180,10 +182,19 @@ class Crossover:
     link: Link  # the link (B, alpha) used at the predicted crossover
     formula_devices: float  # N* from the formula
     simulated_devices: int | None  # first count where simulated comm >= its cover; None: never
+    topology: bool = False  # True: NCCL's costs, c0 + c*G/N = C*t_N(k*S/(m*C)) (GPU links)
+    collectives: int = 0  # C: collectives per step (the topology form)
 
     @property
     def formula(self) -> str:
         """The formula with its numbers."""
+        if self.topology:
+            return (f"c0 + c*G/N = C*t_N(k*S/(m*C))  ->  N* = {self.formula_devices:.3g}  "
+                    f"(c0 = {self.hide_fixed_s * 1e3:.3g} ms, c = "
+                    f"{self.hide_s_per_sample * 1e3:.3g} ms, G = {self.global_batch}, k = "
+                    f"{self.comm_factor:g}, S = {self.model_bytes / 1e9:.3g} GB, B(N*) = "
+                    f"{self.link.bandwidth_GBps:g} GB/s, C = {self.collectives}, t_N = NCCL's "
+                    "time of one collective over N devices)")
         return (f"c0 + c*G/N = k*S/B + A*alpha*N  ->  N* = {self.formula_devices:.3g}  (c0 = "
                 f"{self.hide_fixed_s * 1e3:.3g} ms, c = {self.hide_s_per_sample * 1e3:.3g} ms, "
                 f"G = {self.global_batch}, k = "
@@ -230,13 +241,23 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms
     model = workload.n_params * DTYPE_BYTES[dt]
-    link = cluster.link_for(min(cluster.world_size, cluster.devices_per_node))  # achieved
-    n_star = _solve_for(cluster, c, global_batch, k, model, a, link, c0)
-    if n_star > cluster.devices_per_node:  # beyond one node: min(NVLink, all the node's NICs)
-        big = cluster.with_devices(cluster.devices_per_node * 2)
-        link = big.link_for(big.world_size)
-        n_star = max(float(cluster.devices_per_node),
-                     _solve_for(cluster, c, global_batch, k, model, a, link, c0))
+    topology = uses_nccl(cluster, group_shape(cluster))
+    if topology:  # GPU links: the costs the strategies pay (NCCL's model), N* by search
+        found = topology_crossover(c, global_batch, k, model, term, cluster, c0)
+        if found is None:
+            raise ValueError(f"cluster={shown(cluster)}: the compute hides the communication "
+                             f"at every device count up to {MAX_NODES} nodes, so there is "
+                             "no crossover; allowed: a workload and batch that cross over")
+        n_star, link = found
+    else:  # generic links: the closed form, B and alpha of the group's achieved ring link
+        link = group_link(cluster, group_shape(cluster, min(cluster.world_size,
+                                                            cluster.devices_per_node)))
+        n_star = _solve_for(cluster, c, global_batch, k, model, a, link, c0)
+        if n_star > cluster.devices_per_node:  # beyond one node: min(intra, the node's NICs)
+            big = cluster.with_devices(cluster.devices_per_node * 2)
+            link = group_link(big, group_shape(big))
+            n_star = max(float(cluster.devices_per_node),
+                          _solve_for(cluster, c, global_batch, k, model, a, link, c0))
     simulated = None
     for p in scaling_curve(workload, cluster, strategy, global_batch, mode="strong",
                            n_devices=n_devices, precision=precision):
@@ -246,7 +267,8 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
             simulated = p.n_devices
             break
     label = get_strategy(strategy, field="strategy").label
-    return Crossover(strategy, label, global_batch, c, c0, k, model, a, link, n_star, simulated)
+    return Crossover(strategy, label, global_batch, c, c0, k, model, a, link, n_star, simulated,
+                     topology, term.collectives)
 
 
 def _check_crossover(workload: Workload, cluster: Cluster, global_batch: int, precision: str,

@@ -353,6 +353,11 @@ def test_explorer_numbers_match_the_closed_form() -> None:
     sliders = box.children[1].children[0].children + box.children[1].children[1].children
     values = {w.description: w.value for w in sliders}
     assert values["N ranks"] == 128
+    # the presets start at what NCCL achieves on the link, not its spec, and say so
+    from dpsim.collectives.nccl import achieved_link
+    assert PRESETS["NVLink node"].link == achieved_link(NVLINK4)
+    assert PRESETS["NVLink node"].link.bandwidth_GBps < NVLINK4.bandwidth_GBps
+    assert "achieved GB/s" in values
 
 
 # --- the alpha-beta fit and the series figures draw ----------------------------------------

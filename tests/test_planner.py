@@ -82,7 +82,9 @@ def test_weak_scaling_monotone(gpt2, strategy: str) -> None:  # type: ignore[no-
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_crossover_formula_matches_simulation(model: str, strategy: str) -> None:
     cr = crossover(get_workload(model), CLUSTER, strategy, 1024)
-    assert cr.simulated_devices is not None
+    if cr.simulated_devices is None:  # past the curve's 1024 devices: so must the formula be
+        assert cr.formula_devices > 1024
+        return
     # the simulated crossover is the first power of two at or past the formula's N*
     # (10% slack: the formula fits compute as a line in the batch, the roofline is not one)
     assert cr.simulated_devices / 2 * 0.9 < cr.formula_devices <= cr.simulated_devices * 1.1

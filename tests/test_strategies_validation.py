@@ -460,7 +460,7 @@ def test_valid_calls_pass_the_checks() -> None:
     assert [r["devices"] for r in rows] == [1, 8, 8, 8, 8, 8, 8]
     assert efficiencies(scaling_curve(W, NODE, "ddp", 64, n_devices=[1, 2]))[0] == 1.0
     assert get_strategy("fsdp").crossover_terms(W, "bf16") == CrossoverTerms(
-        3.0, 3 * len(W.layers), True)
+        3.0, 3 * len(W.layers), True, "all_gather")
 
 
 def test_a_dp_step_too_large_to_simulate_names_n_devices() -> None:

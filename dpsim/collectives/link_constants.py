@@ -58,3 +58,20 @@ NVLS_HOP_US: dict[str, Constant] = {
 
 # Fixed cost of one collective call (kernel launch, NCCL proxy start), microseconds.
 LAUNCH_US = Constant(3.54, FIT)
+
+# --- the fabric between nodes: rail-optimized or not --------------------------------------
+# Rail-optimized (NVIDIA DGX SuperPOD reference architectures): NIC i of every node is cabled
+# to the leaf switch of rail i, so a ring's inter-node hop (GPU i to GPU i of the next node)
+# crosses one leaf switch. Otherwise a node's NICs share a leaf and a hop to a node on
+# another leaf goes leaf -> spine -> leaf: two switch traversals more. The model sends every
+# inter-node hop of a fabric that is not rail-optimized over the spine (the worst case).
+SPINE_EXTRA_SWITCH_HOPS = Constant(2.0, "by the topology's definition (leaf-spine-leaf "
+                                        "instead of one leaf); every hop crossing the spine "
+                                        "is an assumption (the worst case)")
+SWITCH_HOP_US = Constant(0.5, "assumption: one switch traversal of an InfiniBand NDR / "
+                              "400G Ethernet fabric, taken as 0.5 us (vendors and resellers "
+                              "quote sub-microsecond port-to-port latencies; no datasheet "
+                              "number was found to cite)")
+# No bandwidth penalty: a non-blocking fat tree gives full bisection bandwidth; what
+# crossing the spine costs in bandwidth in practice (ECMP hash collisions) has no published
+# number here, so it is left out rather than invented.

@@ -5,7 +5,9 @@ datasheet peaks, the real memory; an unknown name warns). Several GPUs are joine
 when the card is an SXM part (its name does not say PCIe) and every pair has peer access
 (`torch.cuda.can_device_access_peer`); otherwise by the PCIe generation of the preset, and
 `detect` says which it assumed in the cluster's name. NVSwitch in-switch reduction (NVLS)
-is not detected: `nvls` stays False, a lower bound for H100/H200/B200 nodes.
+is read from the driver's topology (`runtime.nvswitch`: an H100/H200/B200 SXM part with
+every GPU pair at NV18 in `nvidia-smi topo -m`); when that cannot be read, `nvls` is False
+and a warning says why.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dpsim.hardware import (
     cpu_device,
     device_for_name,
 )
+from dpsim.runtime.nvswitch import detect_nvls, read_topology
 
 NVLINK_BY_SPEC = {150.0: NVLINK2, 300.0: NVLINK3, 450.0: NVLINK4, 900.0: NVLINK5}
 PCIE_BY_SPEC = {16.0: PCIE3_X16, 32.0: PCIE4_X16, 64.0: PCIE5_X16}
@@ -73,5 +76,9 @@ def detect() -> Cluster:
         n = torch.cuda.device_count()
         device = gpu_device(0)
         link, how = intra_link(device.name, n > 1 and all_peers(n))
-        return Cluster(f"this machine ({n} GPU, {how})", device, n, 1, link)
+        nvls = False
+        if link.kind == "nvlink":
+            nvls, _ = detect_nvls(device.name, n, read_topology())
+        how += ", NVLS" if nvls else ""
+        return Cluster(f"this machine ({n} GPU, {how})", device, n, 1, link, nvls=nvls)
     return Cluster("this machine (CPU)", cpu_device(), 1, 1, SHARED_MEMORY)

@@ -14,12 +14,14 @@ from typing import Protocol, TypeVar, runtime_checkable
 from dpsim.hardware import Cluster
 from dpsim.strategies.inputs import require_split
 from dpsim.trace import Trace
-from dpsim.validation import require_bool, require_finite, require_int
+from dpsim.validation import require_bool, require_choice, require_finite, require_int
 from dpsim.workload import Workload
 
 ConfigT = TypeVar("ConfigT")
 MAX_TRANSFERS = 1000.0  # model-sized transfers per step in a crossover formula
 MAX_ALPHA_TERMS = 1 << 30  # latencies per step per extra device
+# ring latencies of one collective per extra device (`collectives.cost`: 2(N-1), (N-1))
+LATENCIES_PER_COLLECTIVE = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,19 @@ class CrossoverTerms:
     model_transfers: float  # k: model-sized transfers per step (2 all-reduce, 3 ZeRO-3)
     alpha_terms: int  # A: latencies per step per extra device
     forward_covered: bool  # True: communication also hides behind forward compute
+    collective: str = "all_reduce"  # whose ring latencies A counts (2 per all-reduce, else 1)
 
     def __post_init__(self) -> None:
         require_finite("model_transfers", self.model_transfers, 0, MAX_TRANSFERS,
                        low_inclusive=False)
         require_int("alpha_terms", self.alpha_terms, 0, MAX_ALPHA_TERMS)
         require_bool("forward_covered", self.forward_covered)
+        require_choice("collective", self.collective, LATENCIES_PER_COLLECTIVE)
+
+    @property
+    def collectives(self) -> int:
+        """C: collectives per step (A over the ring latencies of one per extra device)."""
+        return -(-self.alpha_terms // LATENCIES_PER_COLLECTIVE[self.collective])
 
 
 @runtime_checkable

@@ -11,6 +11,9 @@ gradient, all-reduced after backward (see `ddp_buckets`). A bucket closes as soo
 as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bucket's
 all-reduce starts when its last gradient is ready and runs on a communication stream, one
 bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
+A bucket's all-reduce costs what `collectives.group_cost` says for the whole cluster:
+NCCL's model on GPU links (`algorithm="auto"`: NCCL's choice), the closed form on generic
+ones.
 
 DDP's bookkeeping is modelled as one operator's overhead per gradient (its autograd hook)
 and, unless `gradient_as_bucket_view`, a copy of every gradient into its bucket and of
@@ -29,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsim.collectives.cost import ALGORITHMS, collective_time_s, ring_bytes_per_rank_formula
+from dpsim.collectives.group_cost import GROUP_ALGORITHMS, group_link, group_time_s
+from dpsim.collectives.nccl import group_shape
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import Cluster, Device, Link
 from dpsim.memory import (
@@ -80,7 +85,8 @@ class DDPConfig:
     overlap: bool = True  # False: all-reduce every bucket only after backward ends
     optimizer: str = "adam"  # one of memory.OPTIMIZERS
     dtype: str = "fp32"  # compute and gradient dtype
-    algorithm: str = "ring"  # all-reduce algorithm, one of collectives.ALGORITHMS
+    algorithm: str = "auto"  # all-reduce algorithm: "auto" (NCCL's choice on GPU links, the
+    # ring on generic ones) or forced, one of collectives.group_cost.GROUP_ALGORITHMS
     gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
     mixed_precision: bool = False  # memory: 16-bit working copy + fp32 master and moments
     first_iteration: bool = False  # True: the first step (one bucket of every gradient)
@@ -92,7 +98,7 @@ class DDPConfig:
         require_bool("overlap", self.overlap)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_choice("dtype", self.dtype, DTYPE_BYTES)
-        require_choice("algorithm", self.algorithm, ALGORITHMS)
+        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
         require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
         require_bool("mixed_precision", self.mixed_precision)
         require_bool("first_iteration", self.first_iteration)
@@ -103,7 +109,8 @@ class DDPConfig:
 
 def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
                       ) -> float:
-    """Seconds to all-reduce one bucket of `nbytes` (alpha-beta, dpsim.collectives.cost)."""
+    """Seconds to all-reduce one bucket of `nbytes` over `link` (the alpha-beta closed form,
+    dpsim.collectives.cost); `simulate` costs a cluster's buckets with `group_cost`."""
     require_int("nbytes", nbytes, 0, MAX_COUNT)
     require_int("world_size", world_size, 1, MAX_DEVICES)
     require_link(link)
@@ -124,7 +131,8 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
     _check_simulate(workload, cluster, config, tensors)
     cfg = config or DDPConfig()
     n = cluster.world_size
-    link = cluster.link_for(n)
+    shape = group_shape(cluster)  # every rank, nodes filled first
+    link = group_link(cluster, shape)
     device = cluster.device
     grads = list(tensors) if tensors is not None else grad_tensors(workload, cfg.dtype)
     buckets = (first_iteration_buckets(grads) if cfg.first_iteration else
@@ -153,7 +161,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         layer_name = workload.layers[bucket.ready_layer].name if workload.layers else ""
         ready_s = ready.get(layer_name, backward_end) if cfg.overlap else backward_end
         start = max(ready_s, comm_free)
-        end = start + all_reduce_time_s(bucket.nbytes, n, link, cfg.algorithm)
+        end = start + group_time_s("all_reduce", bucket.nbytes, cluster, shape, cfg.algorithm)
         trace.add(Event(0, "comm", "all_reduce", start, end, bucket.nbytes,
                         f"bucket {bucket.index}"))
         comm_free = end

@@ -18,7 +18,9 @@ One training step as `torch.nn.DataParallel` runs it (torch/nn/parallel/data_par
 
 With one device in use, torch calls the module directly (no replicate, threads, gather).
 Kernel times come from `dpsim.compute` (its per-operator overhead is the host's share);
-transfers use the cluster's achieved intra-node link (a host batch crosses PCIe). Deterministic.
+copies use the cluster's achieved intra-node link (a host batch crosses PCIe); the broadcast
+and the reduce (NCCL's when torch has it: `torch.cuda.comm.reduce_add` calls `nccl.reduce`)
+cost what `collectives.group_cost` says for the devices in use. Deterministic.
 Its config, the chunks and the bytes each device holds at the loss: `dp_closed_form`.
 """
 
@@ -26,8 +28,8 @@ from __future__ import annotations
 
 import math
 
-from dpsim.collectives.cost import collective_time_s
-from dpsim.collectives.nccl import achieved_link
+from dpsim.collectives.group_cost import group_time_s
+from dpsim.collectives.nccl import achieved_link, group_shape
 from dpsim.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.gil import Segment, schedule
 from dpsim.hardware import PCIE4_X16, Cluster, Device, Link
@@ -147,7 +149,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
         host = tb.event(0, "main", "python", host,
                         host + n_modules * used * config.replicate_us_per_module * 1e-6,
                         label="replicate: copy modules")
-        bcast = collective_time_s("broadcast", param_bytes, used, link)
+        bcast = group_time_s("broadcast", param_bytes, cluster, group_shape(cluster, used))
         for d in range(used):
             end = tb.event(d, "comm", "replicate", host, host + bcast,
                            param_bytes if d else 0, "broadcast_coalesced")
@@ -260,7 +262,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     # 7. reduce: gradients summed onto device 0 (accumulated into .grad)
     t = max(bwd_end)
     if used > 1:
-        red = collective_time_s("reduce", param_bytes, used, link)
+        red = group_time_s("reduce", param_bytes, cluster, group_shape(cluster, used))
         for d in range(used):
             tb.event(d, "comm", "reduce", t, t + red, param_bytes if d else 0,
                      "reduce_add_coalesced")

@@ -13,13 +13,16 @@ Stages 1 and 2 keep the parameters whole: they reduce-scatter gradients after ea
 backward and all-gather the updated parameters after the optimizer step. Stage 0
 (NO_SHARD, like DDP) all-reduces each unit's gradients. One comm stream runs the
 collectives in the order they are issued (FIFO); the compute stream waits for them.
+Each collective costs what `collectives.group_cost` says for the group (NCCL's model on
+GPU links, the closed form on generic ones).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dpsim.collectives.cost import collective_time_s
+from dpsim.collectives.group_cost import group_time_s
+from dpsim.collectives.nccl import GroupShape, group_shape
 from dpsim.compute import optimizer_time_s
 from dpsim.hardware import Cluster
 from dpsim.memory import ZERO_STAGES, optimizer_state_bytes, precision_bytes_per_param
@@ -63,10 +66,12 @@ def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
 class _Step:
     """The event loop of one step (a class so that the phases read in order)."""
 
-    def __init__(self, workload: Workload, cluster: Cluster, config: FSDPConfig) -> None:
+    def __init__(self, workload: Workload, cluster: Cluster, config: FSDPConfig,
+                 group: tuple[Cluster, GroupShape] | None = None) -> None:
         self.w, self.cfg, self.cluster = workload, config, cluster
         self.n = cluster.world_size
-        self.link = cluster.link_for(self.n)
+        # the process group the collectives run over: (its cluster, its shape)
+        self.group = group or (cluster, group_shape(cluster))
         self.units = build_units(workload, cluster, config)
         # p/g: gathered parameters and computed gradients; store_*: what stays between steps
         self.p_bytes, self.g_bytes, self.store_p, self.store_g, self.rs_bytes = _widths(config)
@@ -95,8 +100,7 @@ class _Step:
         start = max(self.comm_free, ready_s)
         key = (kind, nbytes)
         if key not in self.cost_s:  # units of equal size share one cost evaluation
-            self.cost_s[key] = collective_time_s(kind, nbytes, self.n, self.link,
-                                                 self.cfg.algorithm)
+            self.cost_s[key] = group_time_s(kind, nbytes, *self.group, self.cfg.algorithm)
         end = start + self.cost_s[key]
         self.trace.add(Event(0, "comm", kind, start, end, nbytes, label))
         self.comm_free = end
@@ -329,7 +333,7 @@ class FSDPStrategy:
         require_terms(workload, dtype)
         if self.stage != 3:
             return None
-        return CrossoverTerms(3.0, 3 * len(workload.layers), True)
+        return CrossoverTerms(3.0, 3 * len(workload.layers), True, "all_gather")
 
 
 ZERO1 = FSDPStrategy(1, "zero1", "ZeRO-1 (optimizer state sharded)", Placement(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.collectives.cost import ALGORITHMS
+from dpsim.collectives.group_cost import GROUP_ALGORITHMS
 from dpsim.memory import OPTIMIZERS, PRECISIONS, ZERO_STAGES, precision_dtype
 from dpsim.strategies.inputs import MAX_COUNT, MAX_DEVICES
 from dpsim.validation import require_bool, require_choice, require_int
@@ -32,7 +32,8 @@ class FSDPConfig:
     backward_prefetch: bool = True  # all-gather unit i-1 while unit i computes backward
     activation_checkpointing: bool = False  # keep unit inputs only; recompute in backward
     layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
-    algorithm: str = "ring"  # collective algorithm, see collectives.ALGORITHMS
+    algorithm: str = "auto"  # "auto" (NCCL's choice; ring on generic links) or forced, one
+    # of collectives.group_cost.GROUP_ALGORITHMS
     offload: bool = False  # CPUOffloadPolicy: sharded states in host memory (copies not timed)
 
     def __post_init__(self) -> None:
@@ -42,7 +43,7 @@ class FSDPConfig:
         require_choice("precision", self.precision, FSDP_PRECISIONS)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
-        require_choice("algorithm", self.algorithm, ALGORITHMS)
+        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
         for name in ("reshard_after_forward", "forward_prefetch", "backward_prefetch",
                      "activation_checkpointing", "offload"):
             require_bool(name, getattr(self, name))

@@ -16,15 +16,18 @@ full 3(W-1)/W M; hybrid 3(F-1)/F M + 2(R-1)/R M/F; none 2(W-1)/W M
 (`collectives.cost`) of the collectives it names, not numbers quoted from it. (The section
 number is cited from the published paper; its text could not be fetched here to re-check.)
 The simulation is FSDP's unit-by-unit step (`fsdp._Step`) over one
-shard group, with a second comm stream ("replicate") for the all-reduces, which cross the
-slowest link of the whole cluster; the optimizer waits for both streams.
+shard group, with a second comm stream ("replicate") for the all-reduces; the optimizer
+waits for both streams. The two groups are the mesh's (`collectives.group_cost.mesh_shapes`),
+each costed on the links it crosses: the shard group is F ranks of one node (NVLink, NVLS
+where the switch has it), the replicate group one rank per node across the nodes (the
+network, each rank on its own rail) when F is a node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.collectives.cost import ALGORITHMS, collective_time_s
+from dpsim.collectives.group_cost import GROUP_ALGORITHMS, group_time_s, mesh_shapes
 from dpsim.hardware import Cluster
 from dpsim.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
@@ -56,7 +59,8 @@ class HSDPConfig:
     optimizer: str = "adam"  # one of memory.OPTIMIZERS
     reshard_after_forward: bool = True  # free gathered parameters after forward
     layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
-    algorithm: str = "ring"  # collective algorithm, see collectives.ALGORITHMS
+    algorithm: str = "auto"  # "auto" (NCCL's choice; ring on generic links) or forced, one
+    # of collectives.group_cost.GROUP_ALGORITHMS
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
@@ -65,7 +69,7 @@ class HSDPConfig:
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_bool("reshard_after_forward", self.reshard_after_forward)
         require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
-        require_choice("algorithm", self.algorithm, ALGORITHMS)
+        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
 
     @property
     def dtype(self) -> str:
@@ -136,9 +140,9 @@ class _HSDPStep(_Step):
                 f"shard_size={config.shard_size} does not fill whole nodes of "
                 f"{cluster.devices_per_node}; allowed: 1..{cluster.devices_per_node} or a "
                 f"multiple of {cluster.devices_per_node}") from None
-        super().__init__(workload, group, config.fsdp())
+        shard_shape, self.rep_shape = mesh_shapes(cluster, config.shard_size)
+        super().__init__(workload, group, config.fsdp(), (cluster, shard_shape))
         self.full_cluster = cluster
-        self.rep_link = cluster.link_for(cluster.world_size)
         self.rep_free = 0.0  # replicate comm stream clock
         self.rep_volume = 0  # all-reduce sizes, counted twice
         self.trace.meta.update({"strategy": "hsdp", "cluster": cluster.name,
@@ -152,8 +156,8 @@ class _HSDPStep(_Step):
         if kind == "reduce_scatter" and self.replicas > 1 and nbytes:
             size = self.shard(nbytes, True)
             a = max(self.rep_free, end)
-            self.rep_free = a + collective_time_s("all_reduce", size, self.replicas,
-                                                  self.rep_link, self.cfg.algorithm)
+            self.rep_free = a + group_time_s("all_reduce", size, self.full_cluster,
+                                             self.rep_shape, self.cfg.algorithm)
             self.trace.add(Event(0, "replicate", "all_reduce", a, self.rep_free, size, label))
             self.rep_volume += 2 * size
         return start, end

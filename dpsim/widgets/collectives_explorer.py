@@ -1,6 +1,9 @@
 """Chapter 2 explorer: N, message size, latency, bandwidth, algorithm -> time, algbw, busbw.
 
 Everything shown is simulated with the alpha-beta closed forms of `dpsim.collectives.cost`.
+A preset starts the sliders at its link's achieved bandwidth (`collectives.nccl.achieved_link`:
+the spec x the fraction NCCL reaches on that kind of link, `collectives.link_constants`),
+not the datasheet's line rate; the bandwidth slider says "achieved".
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dpsim.collectives.cost import (
     collective_time_s,
     cost_terms,
 )
+from dpsim.collectives.nccl import achieved_link
 from dpsim.collectives.series import model_series
 from dpsim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
 from dpsim.validation import require_choice, require_finite, require_int
@@ -30,7 +34,7 @@ SIZES_BYTES = tuple(2**k for k in range(10, 33))  # 1 KiB .. 4 GiB
 
 @dataclass(frozen=True)
 class Preset:
-    """A named machine: how many ranks and the link their collectives cross."""
+    """A named machine: how many ranks and the link their collectives cross (achieved)."""
 
     name: str
     world_size: int
@@ -38,10 +42,11 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "NVLink node": Preset("NVLink node", CLUSTERS["h100-node"].world_size, NVLINK4),
-    "PCIe box": Preset("PCIe box", CLUSTERS["pcie-4gpu"].world_size, PCIE4_X16),
+    "NVLink node": Preset("NVLink node", CLUSTERS["h100-node"].world_size,
+                          achieved_link(NVLINK4)),
+    "PCIe box": Preset("PCIe box", CLUSTERS["pcie-4gpu"].world_size, achieved_link(PCIE4_X16)),
     "InfiniBand cluster": Preset("InfiniBand cluster", CLUSTERS["h100-ib-16"].world_size,
-                                 INFINIBAND_NDR),
+                                 achieved_link(INFINIBAND_NDR)),
 }
 
 
@@ -117,7 +122,7 @@ def collectives_explorer(preset: str = "NVLink node") -> widgets.VBox:
                                              continuous_update=False),
         "bandwidth_GBps": widgets.FloatLogSlider(value=start.link.bandwidth_GBps, base=10,
                                                  min=-1, max=3, step=0.05,
-                                                 description="GB/s",
+                                                 description="achieved GB/s",
                                                  continuous_update=False),
     }
 
