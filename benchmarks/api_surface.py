@@ -47,6 +47,7 @@ SIMULATOR_MODULES = (
     "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
     "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
     "dpsim.strategies.hsdp",
+    "dpsim.compute_contention",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
