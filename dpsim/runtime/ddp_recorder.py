@@ -17,7 +17,6 @@ GPUs they are the times the host saw (launches and completions), not kernel time
 from __future__ import annotations
 
 import copy
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -32,9 +31,15 @@ from dpsim.hardware import Cluster, Device, Link
 from dpsim.runtime.calibrate_links import LINK_SIZES as LINK_SIZES
 from dpsim.runtime.calibrate_links import measure_link as measure_link
 from dpsim.runtime.capture import workload_from_module
-from dpsim.runtime.ddp_train import DDPRunConfig, build_dataset, build_model
+from dpsim.runtime.ddp_train import (
+    DDPRunConfig,
+    bucket_caps_mb,
+    build_dataset,
+    build_model,
+    usable_cores,
+)
 from dpsim.runtime.optimizers import build_optimizer
-from dpsim.strategies.ddp import Bucket, DDPConfig, MiB, build_buckets, grad_tensors, simulate
+from dpsim.strategies.ddp import Bucket, DDPConfig, build_buckets, grad_tensors, simulate
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_int
 from dpsim.workload import Workload
@@ -70,19 +75,6 @@ def gradient_ready_order(module: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return order
 
 
-def bucket_caps_mb(ddp: Any) -> tuple[float, float]:
-    """(bucket_cap_mb, first_bucket_cap_mb) a live DDP module builds its buckets with.
-
-    PyTorch uses a 1 MiB first bucket only when bucket_cap_mb was left at its default.
-    """
-    config = getattr(ddp, "_bucket_config", None)
-    if config is not None:
-        return config.bucket_bytes_cap / MiB, config.first_bucket_bytes_cap / MiB
-    cap = ddp.bucket_bytes_cap / MiB
-    default = getattr(ddp, "bucket_bytes_cap_default", True)
-    return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES / MiB if default else cap)
-
-
 class DDPRecorder:
     """Attach to a DDP module before its first step; call begin()/end() around each step.
 
@@ -103,6 +95,9 @@ class DDPRecorder:
         self.steps: list[list[Event]] = []
         self._ready = [0.0] * len(params)  # per parameter: when its gradient was ready
         self._comm: dict[int, list[float]] = {}  # per bucket: [start, end], reused each step
+        self._slots: dict[int, tuple[list[float], Any]] = {}
+        self._group: Any = getattr(ddp, "process_group", None) or dist.group.WORLD
+        self._options = dist.AllreduceOptions()  # a sum, as DDP's own all-reduce
         self._t0 = 0.0
         self._step = 0
         ddp.register_comm_hook(None, self._hook)
@@ -120,21 +115,26 @@ class DDPRecorder:
         start = time.perf_counter()
         buffer = bucket.buffer()
         index = bucket.index()
-        times = self._comm.get(index)
-        if times is None or self._step <= 2:  # DDP rebuilds its buckets in step 2
+        slot = self._slots.get(index)
+        if slot is None or self._step <= 2:  # DDP rebuilds its buckets in step 2
             self.buckets[index] = ObservedBucket(
                 index, tuple(self.names[id(p)] for p in bucket.parameters()),
                 buffer.numel() * buffer.element_size())
-            times = self._comm[index] = [0.0, 0.0]
-        times[0] = start
-        buffer.div_(self.world_size)
-        future = dist.all_reduce(buffer, async_op=True).get_future()
+            slot = self._slots[index] = self._slot()
+            self._comm[index] = slot[0]
+        slot[0][0] = start
+        buffer.div_(self.world_size)  # what DDP's own all-reduce does, on its process group
+        return self._group.allreduce([buffer], self._options).get_future().then(slot[1])
+
+    @staticmethod
+    def _slot() -> tuple[list[float], Any]:
+        """A bucket's [start, end] and the callback that stamps its end (made once)."""
+        times, clock = [0.0, 0.0], time.perf_counter
 
         def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            times[1] = time.perf_counter()
+            times[1] = clock()
             return f.value()[0]
-
-        return future.then(done)
+        return times, done
 
     def begin(self) -> None:
         """Mark the start of a step (call before forward)."""
@@ -202,12 +202,6 @@ class RankRecording:
     threads: int = 1  # this rank's intra-op threads (torch.get_num_threads())
     cores: int = 1  # CPU cores this rank may run on (its affinity)
     step_overhead_s: float = 0.0  # DDP's per-step host work, when calibrated
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def timed_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
