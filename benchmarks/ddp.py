@@ -13,15 +13,19 @@
    memory bandwidth and per-operator cost of one rank's thread, the fastest of repeats in
    the thread's CPU time; `measure_link`: gloo all-reduce alpha and beta from the fastest
    of repeats; `measure_ddp_step_overhead_s`: DDP's own host work per step, from a tiny
-   model that is none of the configurations), then time plain DDP steps of every
-   configuration. `DDPRecording.predict`
-   simulates each step with the calibrated Device and Link; on this CPU the ranks'
-   compute threads take every core, so the all-reduces do not hide behind backward
-   (`dpsim.compute_contention`). Error = |predicted / fastest measured step - 1| (the
-   step other programs disturbed least, as in benchmarks/single_device.py); the error
-   against the median step is recorded beside it. Nothing is fitted to the measured
-   steps: every error is a prediction error. Repeated in `TRIALS` launches, calibration
-   included; the goal is the median over every configuration and trial (<= 15 %).
+   model that is none of the configurations), time each configuration's step without DDP
+   (`measure_local_step_s`, thread CPU time), then time its plain DDP steps.
+   `DDPRecording.predict` simulates each DDP step with the real buckets, the calibrated
+   Link and the Device scaled so that its compute equals the step without DDP
+   (`scaled_device`): what is predicted is what DDP adds to a single process's step. On
+   this CPU the ranks' compute threads take every core, so the all-reduces do not hide
+   behind backward (`dpsim.compute_contention`). Error = |predicted / fastest measured
+   DDP step - 1| (the step other programs disturbed least, as in
+   benchmarks/single_device.py); beside it the error against the median step and the
+   error with the roofline-calibrated compute (no step without DDP). Nothing is fitted
+   to the measured DDP steps: every error is a prediction error. Repeated in `TRIALS`
+   launches, calibration included; the goal is the median over every configuration and
+   trial (<= 15 %).
 
 The 1-minute load average before and after each launch is recorded: other programs on
 the machine slow the measured steps, the calibration much less (see the report).
@@ -52,7 +56,7 @@ WARMUP_PAIRS = 3
 def _configs() -> list[Any]:
     from dpsim.runtime.ddp_train import DDPRunConfig
 
-    base = DDPRunConfig(steps=20, progress=False, optimizer="sgd")
+    base = DDPRunConfig(steps=30, progress=False, optimizer="sgd")
     return [
         replace(base, hidden=128, depth=2, batch_size=32),
         replace(base, hidden=512, depth=3, batch_size=32),
@@ -108,14 +112,25 @@ def overhead(times: dict[str, list[float]]) -> dict[str, float]:
 
 def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
     """Calibrate this machine on every rank at once, then time plain DDP steps per config."""
-    from dpsim.runtime.calibrate import calibrate_device, measure_ddp_step_overhead_s
+    from dpsim.runtime.calibrate import (
+        calibrate_device,
+        measure_ddp_step_overhead_s,
+        measure_local_step_s,
+    )
     from dpsim.runtime.ddp_recorder import measure_link, record_rank
+    from dpsim.runtime.ddp_train import build_dataset, build_model
 
     link = measure_link()
     device = calibrate_device("cpu")
     overhead_s = measure_ddp_step_overhead_s(rank, world_size, device, link)
+    local = []  # each config's step without DDP: its compute as this CPU runs it
+    for cfg in cfgs:
+        x, y = build_dataset(cfg).tensors
+        local.append(measure_local_step_s(build_model(cfg), x[:cfg.batch_size],
+                                          y[:cfg.batch_size], cfg.optimizer, cfg.lr))
     runs = [record_rank(rank, world_size, cfg, warmup=3, record=False) for cfg in cfgs]
-    return {"device": device, "link": link, "step_overhead_s": overhead_s, "runs": runs}
+    return {"device": device, "link": link, "step_overhead_s": overhead_s, "runs": runs,
+            "local_step_s": local}
 
 
 def _load() -> float | None:
@@ -123,38 +138,61 @@ def _load() -> float | None:
 
 
 def _predictions(cfgs: list[Any], trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per config: measured (fastest and median step of rank 0) and predicted, per trial."""
+    """Per config and trial: measured (fastest and median step of rank 0) and predicted,
+    with the roofline-calibrated device and with its compute anchored on the local step."""
+    from dpsim.compute import step_compute_s
+    from dpsim.runtime.calibrate import scaled_device
+    from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.ddp_recorder import DDPRecording
+    from dpsim.runtime.ddp_train import build_dataset, build_model
     from dpsim.strategies.ddp import buckets_of, step_result
 
     rows = []
     for i, cfg in enumerate(cfgs):
+        workload = workload_from_module(build_model(cfg), build_dataset(cfg).tensors[0][
+            :cfg.batch_size])
         runs = []
         for trial in trials:
             measured = trial["ranks"]
             recording = DDPRecording(cfg, [m["runs"][i] for m in measured])
-            device = measured[0]["device"]
-            trace = recording.predict(device, measured[0]["link"],
+            device, link = measured[0]["device"], measured[0]["link"]
+            local = max(m["local_step_s"][i] for m in measured)
+            factor = local / step_compute_s(workload, cfg.batch_size, device,
+                                            optimizer=cfg.optimizer)
+            roofline = step_result(recording.predict(
+                device, link, step_overhead_s=measured[0]["step_overhead_s"]))
+            trace = recording.predict(scaled_device(device, factor), link,
                                       step_overhead_s=measured[0]["step_overhead_s"])
             result = step_result(trace)
             times = recording.ranks[0].step_times_s
             runs.append({"fastest": min(times), "median": statistics.median(times),
-                         "predicted": result.step_s, "exposed": result.exposed_comm_s,
-                         "compute": result.compute_s, "n_buckets": len(buckets_of(trace)),
+                         "predicted": result.step_s, "roofline": roofline.step_s,
+                         "exposed": result.exposed_comm_s, "compute": result.compute_s,
+                         "local": local, "factor": factor,
+                         "n_buckets": len(buckets_of(trace)),
                          "overlap": recording.overlaps(device)})
-        rows.append({
-            "config": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
-            "n_buckets_predicted": runs[0]["n_buckets"],
-            "comm_overlaps_compute": runs[0]["overlap"],
-            "fastest_step_s": [r["fastest"] for r in runs],
-            "median_step_s": [r["median"] for r in runs],
-            "predicted_step_s": [r["predicted"] for r in runs],
-            "predicted_compute_s": [r["compute"] for r in runs],
-            "predicted_exposed_comm_s": [r["exposed"] for r in runs],
-            "errors": [abs(r["predicted"] / r["fastest"] - 1) for r in runs],
-            "errors_vs_median_step": [abs(r["predicted"] / r["median"] - 1) for r in runs],
-        })
+        rows.append(_row(cfg, runs))
     return rows
+
+
+def _row(cfg: Any, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    def each(key: str) -> list[Any]:
+        return [r[key] for r in runs]
+
+    return {
+        "config": {k: v for k, v in asdict(cfg).items() if k not in ("progress",)},
+        "n_buckets_predicted": runs[0]["n_buckets"],
+        "comm_overlaps_compute": runs[0]["overlap"],
+        "fastest_step_s": each("fastest"), "median_step_s": each("median"),
+        "local_step_s": each("local"), "compute_vs_roofline": each("factor"),
+        "predicted_step_s": each("predicted"),
+        "predicted_compute_s": each("compute"),
+        "predicted_exposed_comm_s": each("exposed"),
+        "predicted_step_s_roofline_compute": each("roofline"),
+        "errors": [abs(r["predicted"] / r["fastest"] - 1) for r in runs],
+        "errors_vs_median_step": [abs(r["predicted"] / r["median"] - 1) for r in runs],
+        "errors_roofline_compute": [abs(r["roofline"] / r["fastest"] - 1) for r in runs],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,8 +248,9 @@ def _result(rows: list[dict[str, Any]], trials: list[dict[str, Any]], loads: dic
         "recorder_overhead_worst_config": over["config"],
         "recorder_overhead_median": statistics.median(r["recorder"]["overhead"] for r in rows),
         "recorder_overhead_goal": 0.05,
-        "prediction_error_definition": "|predicted / fastest measured step - 1| per "
-                                       "configuration and trial; nothing fitted to the steps",
+        "prediction_error_definition": "|predicted / fastest measured DDP step - 1| per "
+                                       "configuration and trial; compute anchored on the "
+                                       "step without DDP; nothing fitted to the DDP steps",
         "prediction_error_median": statistics.median(e for e, _, _ in errors),
         "prediction_error_worst": worst[0],
         "prediction_error_worst_config": {**worst[1], "trial": worst[2]},
@@ -219,6 +258,8 @@ def _result(rows: list[dict[str, Any]], trials: list[dict[str, Any]], loads: dic
             statistics.median(r["errors"][t] for r in rows) for t in range(len(trials))],
         "prediction_error_median_vs_median_step": statistics.median(
             e for r in rows for e in r["errors_vs_median_step"]),
+        "prediction_error_median_roofline_compute": statistics.median(
+            e for r in rows for e in r["errors_roofline_compute"]),
         "prediction_error_goal": 0.15,
         "calibrated_devices": [asdict(t["ranks"][0]["device"]) for t in trials],
         "calibrated_links": [asdict(t["ranks"][0]["link"]) for t in trials],
@@ -239,7 +280,8 @@ def _report(result: dict[str, Any]) -> None:
           f"{result['recorder_overhead_median']:+.1%} (goal: every config <= 5 %)")
     print(f"prediction error vs the fastest step: median {result['prediction_error_median']:.1%}"
           f", worst {result['prediction_error_worst']:.1%} (goal median <= 15 %); vs the "
-          f"median step {result['prediction_error_median_vs_median_step']:.1%}")
+          f"median step {result['prediction_error_median_vs_median_step']:.1%}; with the "
+          f"roofline compute {result['prediction_error_median_roofline_compute']:.1%}")
     for r in result["rows"]:
         c = r["config"]
         print(f"  {c['model']} h{c['hidden']} d{c['depth']} b{c['batch_size']} "

@@ -38,3 +38,37 @@ def test_the_prediction_overlaps_only_with_a_spare_core_per_rank(cores: int, thr
     from dpsim.hardware import cpu_device
 
     assert DDPRecording(DDPRunConfig(), ranks).overlaps(cpu_device(1)) is overlaps
+
+
+def _recording(cores: int) -> DDPRecording:
+    cfg = DDPRunConfig(hidden=64, depth=2, batch_size=8, progress=False)
+    return DDPRecording(cfg, [RankRecording(r, [0.01], [], [], (0.01, 0.01), threads=1,
+                                            cores=cores) for r in range(2)])
+
+
+def test_without_a_spare_core_the_all_reduces_wait_for_backward_and_host_work_is_added(
+        ) -> None:
+    from dpsim.hardware import Link, cpu_device
+    from dpsim.strategies.ddp import step_result
+
+    device, link = cpu_device(1), Link("loopback", 1.0, 100.0)
+    busy = _recording(cores=2).predict(device, link, step_overhead_s=0.0)
+    backward_end = max(e.end_s for e in busy.filter(kind="backward"))
+    assert all(e.start_s >= backward_end for e in busy.filter(kind="all_reduce"))
+    spare = _recording(cores=4).predict(device, link, step_overhead_s=0.0)
+    assert step_result(spare).step_s < step_result(busy).step_s
+    with_host = _recording(cores=2).predict(device, link, step_overhead_s=1e-3)
+    assert step_result(with_host).step_s == pytest.approx(step_result(busy).step_s + 1e-3)
+
+
+def test_a_scaled_device_scales_every_compute_time() -> None:
+    from dpsim.compute import step_compute_s
+    from dpsim.hardware import cpu_device
+    from dpsim.runtime.calibrate import scaled_device
+    from dpsim.workload import get_workload
+
+    workload, device = get_workload("gpt2-124m"), cpu_device(1)
+    base = step_compute_s(workload, 2, device)
+    assert step_compute_s(workload, 2, scaled_device(device, 2.5)) == pytest.approx(2.5 * base)
+    with pytest.raises(ValueError, match="factor"):
+        scaled_device(device, 0.0)

@@ -242,3 +242,37 @@ def measure_ddp_step_overhead_s(rank: int, world_size: int, device: Device, link
     extra = torch.tensor([max(min(run.step_times_s) - predicted, 0.0)], dtype=torch.float64)
     dist.broadcast(extra, 0)
     return float(extra.item())
+
+
+def measure_local_step_s(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                         optimizer: str = "sgd", lr: float = 0.1, repeats: int = 20) -> float:
+    """Fastest seconds of one training step of `model` alone (no DDP) on this batch.
+
+    Timed with `cpu_clock` (a rank's thread CPU time with one intra-op thread), so other
+    programs on the machine do not count. This is the step's compute as this CPU runs this
+    model, which the roofline calibration only approximates (convolutions, for instance,
+    reach a lower share of the matmul's FLOP/s).
+    """
+    from dpsim.runtime.optimizers import build_optimizer
+
+    device = next(model.parameters()).device
+    opt = build_optimizer(optimizer, model.parameters(), lr)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return _min_time_s(step, device, repeats, cpu_clock(device))
+
+
+def scaled_device(device: Device, factor: float) -> Device:
+    """`device` with every compute time multiplied by `factor` (> 0): FLOP/s and bandwidth
+    divided by it, the per-operator cost multiplied by it."""
+    require_finite("factor", factor, 0, 1e6)
+    if factor <= 0:
+        raise ValueError(f"factor={factor!r} is out of range; allowed: > 0")
+    return replace(device, fp32_tflops=device.fp32_tflops / factor,
+                   bf16_tflops=device.bf16_tflops / factor,
+                   mem_bw_GBps=device.mem_bw_GBps / factor,
+                   op_overhead_us=device.op_overhead_us * factor)

@@ -138,7 +138,7 @@ def calibrate(world_size: int = 4, sizes_bytes: Sequence[int] = DEFAULT_SIZES,
 LINK_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 21, 1 << 22)  # bytes, 4 KiB-4 MiB
 
 
-def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 16) -> Link:
+def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 40) -> Link:
     """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
 
     Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives.cost)
