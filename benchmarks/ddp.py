@@ -49,7 +49,7 @@ from benchmarks.goals import stamp
 RESULTS = Path(__file__).resolve().parent / "results" / "ddp.json"
 WORLD_SIZE = 2
 TRIALS = 3
-PAIRS = 150  # recorded/plain step pairs per configuration
+PAIRS = 300  # recorded/plain step pairs per configuration
 WARMUP_PAIRS = 3
 
 

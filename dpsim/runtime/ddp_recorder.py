@@ -8,10 +8,13 @@
 * a post-accumulate-grad hook on every parameter that notes when its gradient is ready,
   which splits backward into per-layer segments.
 
+The hooks only stamp times into slots made beforehand; events are built after the step.
+
 `record_ddp` launches ranks that train a few steps with the recorder, optionally measure
-this machine (achieved FLOP/s per rank, gloo all-reduce alpha and beta), and returns the
-median step of every rank. Times are host clock seconds from the start of the step; on
-GPUs they are the times the host saw (launches and completions), not kernel times.
+this machine (achieved FLOP/s per rank, gloo all-reduce alpha and beta, DDP's own host
+work per step), and returns the median step of every rank. Times are host clock seconds
+from the start of the step; on GPUs they are the times the host saw (launches and
+completions), not kernel times.
 """
 
 from __future__ import annotations
