@@ -49,6 +49,7 @@ SIMULATOR_MODULES = (
     "dpsim.strategies.hsdp", "dpsim.fidelity.resnet_scaling", "dpsim.fidelity.zero_paper",
     "dpsim.fidelity.fsdp_scale", "dpsim.fidelity.fsdp_scale_report",
     "dpsim.collectives.group_cost",
+    "dpsim.compute_contention",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",

@@ -28,7 +28,17 @@ from benchmarks.api_surface import (
     obj,
     real,
 )
-from dpsim import compute, fsdp_shards, gil, hardware, memory, planner, trace, workload
+from dpsim import (
+    compute,
+    compute_contention,
+    fsdp_shards,
+    gil,
+    hardware,
+    memory,
+    planner,
+    trace,
+    workload,
+)
 from dpsim.collectives import cost, fit, ring, schedule, series
 from dpsim.strategies import base, ddp, dp, dp_closed_form, fsdp, single
 
@@ -237,6 +247,12 @@ def _compute() -> tuple[EntryPoint, ...]:
             integer("n_params", 10**6), integer("n_param_tensors", 10), DEV, OPT)),
         EntryPoint("compute.step_compute_s", compute.step_compute_s, (
             WL, integer("batch_size", 8), DEV, choice("dtype", "bf16", DTYPES), OPT)),
+        EntryPoint("compute_contention.spare_cores", compute_contention.spare_cores, (
+            integer("cores", 2), integer("ranks_per_host", 2), integer("threads_per_rank", 1))),
+        EntryPoint("compute_contention.comm_overlaps_compute",
+                   compute_contention.comm_overlaps_compute, (
+                       choice("kind", "cpu", ("cpu", "gpu")), integer("cores", 2),
+                       integer("ranks_per_host", 2), integer("threads_per_rank", 1))),
     )
 
 

@@ -48,17 +48,14 @@ def _collectives(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _ddp(r: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = r["rows"]
-    over = max(rows, key=lambda x: x["recorder_overhead"])
-    errs = [(e, row["config"], t) for row in rows for t, e in enumerate(row["errors"])]
-    worst_err = max(errs, key=lambda x: x[0])
-    return [goal("median recorder overhead <= 5 % of a step", r["recorder_overhead_median"],
-                 r["recorder_overhead_goal"], "fraction", "lower", "median",
-                 r["recorder_overhead_median"], over["recorder_overhead"], over["config"]),
-            goal("median prediction error of the calibrated DDP model <= 20 %",
+    return [goal("recorder overhead <= 5 % of a step, every configuration",
+                 r["recorder_overhead_worst"], r["recorder_overhead_goal"], "fraction",
+                 "lower", "worst", r["recorder_overhead_median"],
+                 r["recorder_overhead_worst"], r["recorder_overhead_worst_config"]),
+            goal("median error of the DDP step predicted from the step without DDP <= 15 %",
                  r["prediction_error_median"], r["prediction_error_goal"], "fraction",
-                 "lower", "median", r["prediction_error_median"], worst_err[0],
-                 {**worst_err[1], "trial": worst_err[2]})]
+                 "lower", "median", r["prediction_error_median"], r["prediction_error_worst"],
+                 r["prediction_error_worst_config"])]
 
 
 def _single_device(r: dict[str, Any]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpsim"
 SIMULATOR_MODULES = {"validation", "hardware", "workload", "trace", "memory", "fsdp_shards",
                      "compute", "gil", "gil_limits", "precision", "zero_partition",
                      "planner", "collectives", "strategies", "gpu_specs", "cluster_presets",
-                     "fidelity"}
+                     "fidelity", "compute_contention"}
 # wing -> the wings it may import (its own included)
 ALLOWED = {
     "simulator": {"simulator"},

@@ -7,7 +7,8 @@ best matches those times (`dpsim.collectives.fit`: least squares on relative err
 1 KiB and 64 MiB count alike). The fit is pure arithmetic on the measured numbers: same
 numbers, same Link. Its error on the sizes it was fitted to is a residual; `held_out_error`
 fits every other size and reports the error on the sizes the fit did not see, the
-prediction error.
+prediction error. `measure_link`, called inside running ranks, fits the same line to the
+fastest of repeated all-reduces (the calibration a DDP prediction uses on a busy machine).
 """
 
 from __future__ import annotations
@@ -132,3 +133,28 @@ def calibrate(world_size: int = 4, sizes_bytes: Sequence[int] = DEFAULT_SIZES,
     sizes = sorted(measured)
     return fit_alpha_beta(sizes, [measured[s] for s in sizes], world_size,
                           name=f"this machine, calibrated ({world_size} ranks, {impl})")
+
+
+LINK_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 21, 1 << 22)  # bytes, 4 KiB-4 MiB
+
+
+def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 40) -> Link:
+    """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
+
+    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives.cost)
+    fitted as a plain line, absolute error (dpsim.collectives.fit, weighting="absolute"),
+    with t the FASTEST of `repeats` timed all-reduces per size (slowest rank). Other
+    programs on a shared machine only add time (a peer descheduled mid-message), so the
+    fastest repeat is the one they disturbed least; the sizes stop at 4 MiB (a few
+    milliseconds) so that some repeats run undisturbed even on a busy machine.
+    """
+    import torch.distributed as dist
+
+    from dpsim.runtime.collective_workers import time_all_reduce_samples
+
+    require_int("repeats", repeats, 1, 1000)
+    n = dist.get_world_size()
+    samples = time_all_reduce_samples(dist.get_rank(), n, sizes, repeats, ("torch",))["torch"]
+    ys = [min(samples[int(nbytes)]) for nbytes in sizes]
+    return fit_link(sizes, ys, *cost_terms("all_reduce", n, "ring"),
+                    f"gloo all-reduce, {n} ranks (measured)", weighting="absolute")

@@ -8,17 +8,19 @@
 * a post-accumulate-grad hook on every parameter that notes when its gradient is ready,
   which splits backward into per-layer segments.
 
+The hooks only stamp times into slots made beforehand; events are built after the step.
+
 `record_ddp` launches ranks that train a few steps with the recorder, optionally measure
-this machine (achieved FLOP/s per rank, gloo all-reduce alpha and beta), and returns the
-median step of every rank. Times are host clock seconds from the start of the step; on
-GPUs they are the times the host saw (launches and completions), not kernel times.
+this machine (achieved FLOP/s per rank, gloo all-reduce alpha and beta, DDP's own host
+work per step), and returns the median step of every rank. Times are host clock seconds
+from the start of the step; on GPUs they are the times the host saw (launches and
+completions), not kernel times.
 """
 
 from __future__ import annotations
 
 import copy
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,18 +29,23 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dpsim.collectives.cost import cost_terms
-from dpsim.collectives.fit import fit_link
+from dpsim.compute_contention import comm_overlaps_compute
 from dpsim.hardware import Cluster, Device, Link
+from dpsim.runtime.calibrate_links import LINK_SIZES as LINK_SIZES
+from dpsim.runtime.calibrate_links import measure_link as measure_link
 from dpsim.runtime.capture import workload_from_module
-from dpsim.runtime.ddp_train import DDPRunConfig, build_dataset, build_model
+from dpsim.runtime.ddp_train import (
+    DDPRunConfig,
+    bucket_caps_mb,
+    build_dataset,
+    build_model,
+    usable_cores,
+)
 from dpsim.runtime.optimizers import build_optimizer
-from dpsim.strategies.ddp import Bucket, DDPConfig, MiB, build_buckets, grad_tensors, simulate
+from dpsim.strategies.ddp import Bucket, DDPConfig, build_buckets, grad_tensors, simulate
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_int
 from dpsim.workload import Workload
-
-SWITCH_INTERVAL_S = 1e-4  # GIL switch interval while a step is recorded (Python's default: 5e-3)
 
 
 @dataclass(frozen=True)
@@ -71,97 +78,111 @@ def gradient_ready_order(module: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     return order
 
 
-def bucket_caps_mb(ddp: Any) -> tuple[float, float]:
-    """(bucket_cap_mb, first_bucket_cap_mb) a live DDP module builds its buckets with.
-
-    PyTorch uses a 1 MiB first bucket only when bucket_cap_mb was left at its default.
-    """
-    config = getattr(ddp, "_bucket_config", None)
-    if config is not None:
-        return config.bucket_bytes_cap / MiB, config.first_bucket_bytes_cap / MiB
-    cap = ddp.bucket_bytes_cap / MiB
-    default = getattr(ddp, "bucket_bytes_cap_default", True)
-    return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES / MiB if default else cap)
-
-
 class DDPRecorder:
-    """Attach to a DDP module before its first step; call begin()/end() around each step."""
+    """Attach to a DDP module before its first step; call begin()/end() around each step.
+
+    The hooks only write a timestamp into a slot made for them beforehand (no lists grown,
+    no events built, no synchronisation); end() turns the step's timestamps into events
+    after the step's timing has ended (`step_events`).
+    """
 
     def __init__(self, ddp: Any) -> None:
         self.ddp = ddp
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self.names = {id(p): n for n, p in ddp.module.named_parameters()}
+        params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
+        self.param_names = [n for n, _ in params]
         self.layer_of = {n: n.rsplit(".", 1)[0] if "." in n else n for n in self.names.values()}
         self.buckets: dict[int, ObservedBucket] = {}
         self.steps: list[list[Event]] = []
-        self._comm: dict[int, list[float]] = {}
-        self._ready: dict[str, float] = {}
+        self._ready = [0.0] * len(params)  # per parameter: when its gradient was ready
+        self._comm: dict[int, list[float]] = {}  # per bucket: [start, end], reused each step
+        self._slots: dict[int, tuple[list[float], Any]] = {}
+        self._group: Any = getattr(ddp, "process_group", None) or dist.group.WORLD
+        self._options = dist.AllreduceOptions()  # a sum, as DDP's own all-reduce
         self._t0 = 0.0
         self._step = 0
-        self._switch_s = sys.getswitchinterval()
         ddp.register_comm_hook(None, self._hook)
-        for name, p in ddp.module.named_parameters():
-            if p.requires_grad:
-                p.register_post_accumulate_grad_hook(self._ready_hook(name))
+        for i, (_, p) in enumerate(params):
+            p.register_post_accumulate_grad_hook(self._ready_hook(i))
 
-    def _ready_hook(self, name: str) -> Any:
+    def _ready_hook(self, i: int) -> Any:
+        ready, clock = self._ready, time.perf_counter
+
         def hook(_: torch.Tensor) -> None:
-            self._ready[name] = time.perf_counter()
+            ready[i] = clock()
         return hook
 
     def _hook(self, state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         start = time.perf_counter()
         buffer = bucket.buffer()
         index = bucket.index()
-        nbytes = buffer.numel() * buffer.element_size()
-        known = self.buckets.get(index)
-        if known is None or known.nbytes != nbytes or self._step <= 2:  # DDP rebuilds in step 2
+        slot = self._slots.get(index)
+        if slot is None or self._step <= 2:  # DDP rebuilds its buckets in step 2
             self.buckets[index] = ObservedBucket(
-                index, tuple(self.names[id(p)] for p in bucket.parameters()), nbytes)
-        times = self._comm[index] = [start, start]
-        buffer.div_(self.world_size)
-        future = dist.all_reduce(buffer, async_op=True).get_future()
+                index, tuple(self.names[id(p)] for p in bucket.parameters()),
+                buffer.numel() * buffer.element_size())
+            slot = self._slots[index] = self._slot()
+            self._comm[index] = slot[0]
+        slot[0][0] = start
+        buffer.div_(self.world_size)  # what DDP's own all-reduce does, on its process group
+        return self._group.allreduce([buffer], self._options).get_future().then(slot[1])
+
+    @staticmethod
+    def _slot() -> tuple[list[float], Any]:
+        """A bucket's [start, end] and the callback that stamps its end (made once)."""
+        times, clock = [0.0, 0.0], time.perf_counter
 
         def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            times[1] = time.perf_counter()
+            times[1] = clock()
             return f.value()[0]
-
-        return future.then(done)
+        return times, done
 
     def begin(self) -> None:
-        """Mark the start of a step (call before forward).
-
-        Until end(), the GIL switch interval is lowered to SWITCH_INTERVAL_S so that the
-        all-reduce completion callbacks (gloo's thread) get the GIL promptly instead of
-        waiting up to 5 ms: the recorder should not slow the step it records.
-        """
-        self._switch_s = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch_s, SWITCH_INTERVAL_S))
+        """Mark the start of a step (call before forward)."""
         self._step += 1
-        self._comm.clear()
-        self._ready.clear()
+        for times in self._comm.values():
+            times[0] = times[1] = 0.0
         self._t0 = time.perf_counter()
 
     def end(self, forward_end: float, backward_end: float, step_end: float) -> None:
         """Turn the step's timestamps (time.perf_counter) into events of this rank."""
-        sys.setswitchinterval(self._switch_s)
-        t0, r = self._t0, self.rank
-        events = [Event(r, "compute", "forward", 0.0, forward_end - t0, label="forward")]
-        layers: dict[str, float] = {}
-        for name, at in self._ready.items():
-            layer = self.layer_of[name]
-            layers[layer] = max(layers.get(layer, 0.0), at)
-        cursor = forward_end
-        for layer, at in sorted(layers.items(), key=lambda kv: kv[1]):
-            events.append(Event(r, "compute", "backward", cursor - t0, at - t0, label=layer))
-            cursor = at
-        events.append(Event(r, "compute", "optimizer", backward_end - t0, step_end - t0,
-                            label="optimizer"))
-        for index, (start, end) in sorted(self._comm.items()):
-            events.append(Event(r, "comm", "all_reduce", start - t0, end - t0,
-                                self.buckets[index].nbytes, f"bucket {index}"))
-        self.steps.append(events)
+        ready = {n: at for n, at in zip(self.param_names, self._ready, strict=True)
+                 if at >= self._t0}
+        comm = {i: (s, e) for i, (s, e) in self._comm.items() if s >= self._t0}
+        self.steps.append(step_events(
+            self.rank, self._t0, (forward_end, backward_end, step_end), ready, comm,
+            {i: b.nbytes for i, b in self.buckets.items()}, self.layer_of))
+
+
+def step_events(rank: int, t0: float, phase_ends: tuple[float, float, float],
+                ready: dict[str, float], comm: dict[int, tuple[float, float]],
+                bucket_nbytes: dict[int, int], layer_of: dict[str, str]) -> list[Event]:
+    """One rank's step as events, from its timestamps (seconds of one clock).
+
+    `t0`: the step's start; `phase_ends`: when forward, backward and the optimizer ended;
+    `ready`: parameter name -> when its gradient was ready; `comm`: bucket index ->
+    (all-reduce start, end); `bucket_nbytes`: bucket index -> bytes; `layer_of`: parameter
+    name -> layer name. Backward is split at the times each layer's last gradient was
+    ready, in that order; times in the events are seconds from `t0`.
+    """
+    forward_end, backward_end, step_end = phase_ends
+    events = [Event(rank, "compute", "forward", 0.0, forward_end - t0, label="forward")]
+    layers: dict[str, float] = {}
+    for name, at in ready.items():
+        layer = layer_of[name]
+        layers[layer] = max(layers.get(layer, at), at)
+    cursor = forward_end
+    for layer, at in sorted(layers.items(), key=lambda kv: kv[1]):
+        events.append(Event(rank, "compute", "backward", cursor - t0, at - t0, label=layer))
+        cursor = at
+    events.append(Event(rank, "compute", "optimizer", backward_end - t0, step_end - t0,
+                        label="optimizer"))
+    for index, (start, end) in sorted(comm.items()):
+        events.append(Event(rank, "comm", "all_reduce", start - t0, max(end, start) - t0,
+                            bucket_nbytes[index], f"bucket {index}"))
+    return events
 
 
 # DDP checks a hook's annotations as objects; `from __future__ import annotations` made
@@ -181,28 +202,9 @@ class RankRecording:
     caps_mb: tuple[float, float]  # (bucket_cap_mb, first_bucket_cap_mb) DDP used
     device: Device | None = None  # calibrated on this rank, when asked
     link: Link | None = None  # fitted from timed all-reduces, when asked
-
-
-LINK_SIZES = (1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)  # bytes, 4 KiB-16 MiB
-
-
-def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 8) -> Link:
-    """Fit alpha (latency) and beta (bandwidth) of the ring all-reduce formula to timings.
-
-    Call on every rank of a group; t = 2(N-1) alpha + 2(N-1)/N S / B (dpsim.collectives.cost)
-    fitted as a plain line, absolute error (dpsim.collectives.fit, weighting="absolute"),
-    with t the MEAN of `repeats` timed all-reduces per size (slowest rank): on a CPU the
-    times of small all-reduces jump between two modes (a busy and a sleeping peer), and
-    the mean is what a training step pays on average.
-    """
-    from dpsim.runtime.collective_workers import time_all_reduce
-
-    n, rank = dist.get_world_size(), dist.get_rank()
-    samples = [time_all_reduce(rank, n, sizes, 1, impls=("torch",))["torch"]
-               for _ in range(repeats)]
-    ys = [statistics.fmean(s[int(nbytes)] for s in samples) for nbytes in sizes]
-    return fit_link(sizes, ys, *cost_terms("all_reduce", n, "ring"),
-                    f"gloo all-reduce, {n} ranks (measured)", weighting="absolute")
+    threads: int = 1  # this rank's intra-op threads (torch.get_num_threads())
+    cores: int = 1  # CPU cores this rank may run on (its affinity)
+    step_overhead_s: float = 0.0  # DDP's per-step host work, when calibrated
 
 
 def timed_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -230,11 +232,13 @@ def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     device = link = None
+    overhead_s = 0.0
     if calibrate:
-        from dpsim.runtime.calibrate import calibrate_device
+        from dpsim.runtime.calibrate import calibrate_device, measure_ddp_step_overhead_s
 
         link = measure_link()
         device = calibrate_device("cpu")
+        overhead_s = measure_ddp_step_overhead_s(rank, world_size, device, link)
     model = build_model(cfg)
     ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb)
     recorder = DDPRecorder(ddp) if record else None
@@ -249,7 +253,8 @@ def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
             times.append(step_s)
     buckets = sorted(recorder.buckets.values(), key=lambda b: b.index) if recorder else []
     steps = recorder.steps if recorder else []
-    return RankRecording(rank, times, steps, buckets, bucket_caps_mb(ddp), device, link)
+    return RankRecording(rank, times, steps, buckets, bucket_caps_mb(ddp), device, link,
+                         torch.get_num_threads(), usable_cores(), overhead_s)
 
 
 @dataclass
@@ -297,8 +302,21 @@ class DDPRecording:
         tensors = grad_tensors(Workload("model", ()), names=param_nbytes(model))
         return build_buckets(tensors, cap, first, gradient_ready_order(model, x, y))
 
-    def predict(self, device: Device | None = None, link: Link | None = None) -> Trace:
-        """Simulate this run's step with its real buckets, calibrated (or given) hardware."""
+    def overlaps(self, device: Device) -> bool:
+        """Whether this run's all-reduces can hide behind backward on `device`
+        (`dpsim.compute_contention`: on a CPU, only with a spare core per rank)."""
+        r = self.ranks[0]
+        return comm_overlaps_compute(device.kind, r.cores, self.world_size, r.threads)
+
+    def predict(self, device: Device | None = None, link: Link | None = None,
+                overlap: bool | None = None, step_overhead_s: float | None = None) -> Trace:
+        """Simulate this run's step with its real buckets, calibrated (or given) hardware.
+
+        `overlap`: whether the all-reduces run behind backward; None: `overlaps(device)`
+        (all ranks on one host, as `record_ddp` launches them). `step_overhead_s`: DDP's
+        host work per step that dpsim.strategies.ddp does not model (seconds; None: what
+        the run calibrated, `calibrate.measure_ddp_step_overhead_s`), added at the end.
+        """
         device = device or self.ranks[0].device
         link = link or self.ranks[0].link
         if device is None or link is None:
@@ -308,12 +326,19 @@ class DDPRecording:
         workload = workload_from_module(model, x)
         cap, first = self.ranks[0].caps_mb
         cfg = DDPConfig(batch_size=self.config.batch_size, bucket_cap_mb=cap,
-                        first_bucket_cap_mb=first, optimizer=self.config.optimizer)
+                        first_bucket_cap_mb=first, optimizer=self.config.optimizer,
+                        overlap=self.overlaps(device) if overlap is None else overlap)
         cluster = Cluster(f"this machine ({self.world_size} ranks)", device, self.world_size,
                           1, link)
         tensors = grad_tensors(workload, names=param_nbytes(model))
-        return simulate(workload, cluster, cfg, tensors=tensors,
-                        ready_order=gradient_ready_order(model, x, y))
+        trace = simulate(workload, cluster, cfg, tensors=tensors,
+                         ready_order=gradient_ready_order(model, x, y))
+        extra = self.ranks[0].step_overhead_s if step_overhead_s is None else step_overhead_s
+        if extra > 0:
+            end = max(e.end_s for e in trace.events)
+            trace.add(Event(0, "compute", "ddp_host", end, end + extra, label="DDP host work"))
+            trace.meta["step_time_s"] = end + extra
+        return trace
 
 
 def record_ddp(cfg: DDPRunConfig | None = None, world_size: int = 2, *, warmup: int = 3,

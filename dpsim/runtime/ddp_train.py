@@ -9,6 +9,7 @@ parameters (up to float32 summation order).
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from dpsim.memory import OPTIMIZERS
 from dpsim.runtime.data import classification
 from dpsim.runtime.models import mlp
 from dpsim.runtime.optimizers import build_optimizer
+from dpsim.strategies.ddp_buckets import MiB
 from dpsim.validation import require_choice, require_int, require_range
 
 MODELS = ("mlp", "cnn")
@@ -262,3 +264,22 @@ def max_param_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> 
     if a.keys() != b.keys():
         raise ValueError(f"parameter names differ: {sorted(a)} vs {sorted(b)}")
     return max((float(np.max(np.abs(a[k] - b[k]))) for k in a), default=0.0)
+
+
+def bucket_caps_mb(ddp: Any) -> tuple[float, float]:
+    """(bucket_cap_mb, first_bucket_cap_mb) a live DDP module builds its buckets with.
+
+    PyTorch uses a 1 MiB first bucket only when bucket_cap_mb was left at its default.
+    """
+    config = getattr(ddp, "_bucket_config", None)
+    if config is not None:
+        return config.bucket_bytes_cap / MiB, config.first_bucket_bytes_cap / MiB
+    cap = ddp.bucket_bytes_cap / MiB
+    default = getattr(ddp, "bucket_bytes_cap_default", True)
+    return cap, (dist._DEFAULT_FIRST_BUCKET_BYTES / MiB if default else cap)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
