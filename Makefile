@@ -64,11 +64,19 @@ lint: $(STAMP)
 exercises: $(STAMP)
 	$(BIN)/python -m dpsim exercises build
 
+# The test files run spread over TEST_WORKERS pytest-xdist workers (2: CI's cores; more on
+# a bigger machine, e.g. make test TEST_WORKERS=4; 0 runs everything in this one process).
+# --dist loadfile keeps each file on one worker, so a notebook's nbval cells run in order in
+# one kernel and a module's shared fixture (one launch, one grading run, one JupyterLab)
+# runs once. --no-loadscope-reorder hands out files in collection order, so the longest
+# one, the browser test (tests/browser), starts first instead of last.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/python -m dpsim exercises check
-	$(BIN)/python -m pytest tests notebooks solutions --nbval-lax --nbval-current-env -p no:cacheprovider
+	$(BIN)/python -m pytest tests notebooks solutions --nbval-lax --nbval-current-env -p no:cacheprovider \
+	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Tests not marked `slow` start no process (tests/conftest.py enforces it).
 test-fast: $(STAMP)

@@ -113,8 +113,10 @@ def test_kill_all_refuses_its_own_session() -> None:
 
 
 @pytest.mark.slow
-def test_sandbox_judges_plain_answers_only() -> None:
+def test_sandbox_judges_plain_answers_only(tmp_path: Path) -> None:
     """One sandbox: a right answer, cheats, a stub, a loop, an exit, a detached child."""
+    import dill
+
     from dpsim.course.grading.sandbox import Sandbox
 
     def right(n_params, activation_bytes_per_sample, memory_bytes, bytes_per_param=16):  # type: ignore[no-untyped-def]
@@ -141,6 +143,19 @@ def test_sandbox_judges_plain_answers_only() -> None:
         import os
         os._exit(3)
 
+    pid_file = str(tmp_path / "detached.pid")
+
+    def detaches(*args, **kwargs):  # type: ignore[no-untyped-def]
+        import os
+        import time
+        if os.fork() == 0:  # leaves the session, keeps the answer pipe open
+            os.setsid()
+            with open(pid_file, "a") as f:
+                f.write(f"{os.getpid()}\n")
+            time.sleep(600)
+            os._exit(0)
+        return -1
+
     with Sandbox() as sandbox:
         assert run_check("1.3", right, sandbox=sandbox).ok
         assert not run_check("1.3", lambda *a: AlwaysEqual(0), sandbox=sandbox).ok
@@ -150,6 +165,19 @@ def test_sandbox_judges_plain_answers_only() -> None:
         assert "took longer than 2 s" in slow
         assert "exit code 3" in (run_check("1.3", exits, sandbox=sandbox).message or "")
         assert run_check("1.3", right, sandbox=sandbox).ok  # the server lives on
+        # the check ends with the function's process, not at the deadline ("timeout")
+        cases = core.get_exercise("1.3").cases()
+        reply = sandbox.run(dill.dumps(detaches, recurse=True), (), core._calls(cases), 300)
+        assert reply.ended == "done", (reply.ended, reply.detail)
+        assert [reply.outcomes[i].get("answer") for i in range(len(cases))] == [-1] * len(cases)
+    pids = [int(line) for line in Path(pid_file).read_text().split()]
+    assert len(pids) == len(cases)
+    assert [p for p in pids if Path(f"/proc/{p}").exists() and _state(p) != "Z"] == []
+
+
+def _state(pid: int) -> str:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rfind(")") + 2:].split()[0]
 
 
 def test_hints_that_used_to_mislead() -> None:

@@ -62,27 +62,15 @@ def test_5_1_wrong_answers_are_caught_with_their_hint() -> None:
 
 
 # --- 5.2 ----------------------------------------------------------------------------------
-def average_gradients(model, world_size):  # type: ignore[no-untyped-def]
-    if not dist.is_initialized():  # a guard the check must accept: ranks have a group
-        return
-    for p in model.parameters():
-        if p.grad is not None:
-            dist.all_reduce(p.grad)
-            p.grad /= world_size
-
-
 def sum_only(model, world_size):  # type: ignore[no-untyped-def]
     for p in model.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad)
 
 
-@pytest.mark.slow
-def test_5_2_right_answer_passes_on_real_ranks() -> None:
-    result = run_check("5.2", average_gradients)
-    assert result.ok, result.message
-
-
+# Right answers on real ranks are not launched a second time here: solutions/05_ddp.ipynb's
+# graded cell (`PASS 5.2 (3/3)`, compared by nbval) and tests/test_grader.py's variant with
+# an `if not dist.is_initialized(): return` guard (full points) run them.
 @pytest.mark.slow
 def test_5_2_wrong_answer_is_caught_on_real_ranks() -> None:
     result = run_check("5.2", sum_only)
@@ -195,12 +183,8 @@ def train_without_no_sync(rank, world_size, init_method, data, config, path):  #
     return train_ddp(rank, world_size, init_method, data, config, path, use_no_sync=False)
 
 
-@pytest.mark.slow
-def test_5_4_right_answer_passes_on_2_and_3_ranks() -> None:
-    result = run_check("5.4", train_ddp)
-    assert result.ok, result.message
-
-
+# The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
+# graded cell runs it (`PASS 5.4 (2/2)`, compared by nbval).
 @pytest.mark.slow
 def test_5_4_all_reduce_on_every_micro_batch_is_caught() -> None:
     """Same parameters (accumulating synced gradients gives the same sum): the count says."""
@@ -285,12 +269,8 @@ def stub(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
     raise NotImplementedError("Exercise 5.5: write your code here")
 
 
-@pytest.mark.slow
-def test_5_5_right_answer_passes_on_2_and_3_ranks() -> None:
-    result = run_check("5.5", attach_buckets)
-    assert result.ok, result.message
-
-
+# The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
+# graded cell runs it (`PASS 5.5 (2/2)`, compared by nbval).
 @pytest.mark.slow
 def test_5_5_all_reduces_launched_after_backward_are_caught() -> None:
     result = run_check("5.5", attach_at_end)

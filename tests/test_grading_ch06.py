@@ -281,12 +281,8 @@ def zero1_unsharded(params, rank, world_size, lr):  # type: ignore[no-untyped-de
     return make_zero1(params, rank, world_size, lr, shard=False)
 
 
-@pytest.mark.slow
-def test_6_5_right_answer_passes_on_2_and_3_ranks() -> None:
-    result = run_check("6.5", make_zero1)
-    assert result.ok, result.message
-
-
+# The right answer on real ranks is not launched a second time here: solutions/06_fsdp.ipynb's
+# graded cell runs it (`PASS 6.5 (2/2)`, compared by nbval).
 @pytest.mark.slow
 def test_6_5_full_optimizer_state_on_every_rank_is_caught() -> None:
     result = run_check("6.5", zero1_unsharded)
@@ -351,12 +347,8 @@ def fsdp2_no_clip(rank, world_size, data, config, checkpoint_dir):  # type: igno
     return fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=False)
 
 
-@pytest.mark.slow
-def test_6_6_right_answer_passes_on_2_and_3_ranks() -> None:
-    result = run_check("6.6", fsdp2_train)
-    assert result.ok, result.message
-
-
+# The right answer on real ranks is not launched a second time here: solutions/06_fsdp.ipynb's
+# graded cell runs it (`PASS 6.6 (2/2)`, compared by nbval).
 @pytest.mark.slow
 def test_6_6_missing_clipping_is_caught() -> None:
     result = run_check("6.6", fsdp2_no_clip)

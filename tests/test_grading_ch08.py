@@ -1,12 +1,8 @@
-"""Chapter 8 checks: measurements written on real ranks pass; wrong ones are caught."""
+"""Chapter 8 checks: wrong measurements on real ranks are caught (right ones: solutions/08)."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
-import torch
-import torch.distributed as dist
 from torch import nn
 
 from dpsim.course.grading import get_exercise, run_check
@@ -26,22 +22,6 @@ def measure_wrap(model, wrap=True):  # type: ignore[no-untyped-def]
 
 def measure_wrap_unwrapped(model):  # type: ignore[no-untyped-def]
     return measure_wrap(model, wrap=False)
-
-
-def measure_gradients(model, x, y):  # type: ignore[no-untyped-def]
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    local = copy.deepcopy(model)
-    ddp = DDP(model)
-    nn.functional.mse_loss(ddp(x), y).backward()
-    nn.functional.mse_loss(local(x), y).backward()
-    mine = torch.cat([p.grad.flatten() for p in local.parameters()])
-    theirs = torch.cat([p.grad.flatten() for p in ddp.module.parameters()])
-    everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(everyone, mine)
-    mean = torch.stack(everyone).mean(0)
-    return {"vs_mean": float((theirs - mean).abs().max()),
-            "vs_local": float((theirs - mine).abs().max())}
 
 
 def measure_buckets(model, bucket_cap_mb, x, y, pass_cap=True):  # type: ignore[no-untyped-def]
@@ -69,14 +49,8 @@ def measure_buckets_default_cap(model, bucket_cap_mb, x, y):  # type: ignore[no-
     return measure_buckets(model, bucket_cap_mb, x, y, pass_cap=False)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("exercise_id", "fn"), [
-    ("8.1", measure_wrap), ("8.2", measure_gradients), ("8.3", measure_buckets)])
-def test_right_measurements_pass_on_2_and_3_ranks(exercise_id: str, fn: object) -> None:
-    result = run_check(exercise_id, fn)  # type: ignore[arg-type]
-    assert result.ok, result.message
-
-
+# Right answers on real ranks are not launched a second time here: solutions/08_myths_lab.ipynb's
+# graded cells run them (`PASS 8.1 (2/2)`, 8.2, 8.3, compared by nbval).
 @pytest.mark.slow
 @pytest.mark.parametrize(("exercise_id", "fn", "hint"), [
     ("8.1", measure_wrap_unwrapped, "without wrapping"),

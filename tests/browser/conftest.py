@@ -2,6 +2,8 @@
 
 Without Chromium or playwright the tests are skipped, and the run ends with one line
 saying so (set DPSIM_REQUIRE_BROWSER=1, as CI does, to make that a failure instead).
+What the summary prints travels in the test reports (`user_properties`), so it is printed
+under pytest-xdist too, where the tests run in a worker and the summary in the main process.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from lab_driver import (
 )
 
 SKIP_PREFIX = "browser test did not run"
-_RESULTS_KEY = pytest.StashKey[list[Any]]()
 _PROBLEMS_KEY = pytest.StashKey[list[str]]()
+_RESULT_PROPERTY = "dpsim_browser_result"  # a call report's: summary, notes, screenshot dirs
+_PROBLEMS_PROPERTY = "dpsim_browser_problems"  # a teardown report's: what stopping the lab found
 
 
 def _skip_or_fail(why: str) -> None:
@@ -84,27 +87,53 @@ def shots_dir(browser_ready: None) -> Path:
 
 @pytest.fixture
 def record_result(request: pytest.FixtureRequest) -> Any:
-    """Keep a NotebookResult for the terminal summary."""
-    return request.config.stash.setdefault(_RESULTS_KEY, []).append
+    """Keep a NotebookResult for the terminal summary (in the test's report)."""
+
+    def record(result: Any) -> None:
+        request.node.user_properties.append((_RESULT_PROPERTY, {
+            "summary": result.summary(),
+            "notes": [note.splitlines()[0][:200] for note in result.notes],
+            "shots": sorted({str(p.parent) for p in result.screenshots}),
+        }))
+
+    return record
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Problems found when the lab stopped go into the report of the teardown they ended."""
+    try:
+        return (yield)
+    finally:
+        problems = item.config.stash.get(_PROBLEMS_KEY, [])
+        if problems:
+            item.user_properties.append((_PROBLEMS_PROPERTY, list(problems)))
+            problems.clear()
+
+
+def _reported(terminalreporter: Any, name: str, when: str) -> list[Any]:
+    """The values of user property `name` in the `when` reports, in the order they came."""
+    return [value for reports in terminalreporter.stats.values() for r in reports
+            if getattr(r, "when", None) == when
+            for key, value in getattr(r, "user_properties", ()) if key == name]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Per-notebook lines, where the screenshots are, or the one line saying it did not run."""
-    results = config.stash.get(_RESULTS_KEY, [])
-    problems = config.stash.get(_PROBLEMS_KEY, [])
+    results = _reported(terminalreporter, _RESULT_PROPERTY, "call")
+    problems = [p for ps in _reported(terminalreporter, _PROBLEMS_PROPERTY, "teardown") for p in ps]
     skipped = [
         r for r in terminalreporter.stats.get("skipped", []) if SKIP_PREFIX in str(r.longrepr)
     ]
     if results:
         terminalreporter.section("JupyterLab in headless Chromium")
-        for r in results:
-            terminalreporter.write_line(r.summary())
-            for note in r.notes:
-                terminalreporter.write_line(f"    note: {note.splitlines()[0][:200]}")
+        for r in sorted(results, key=lambda r: r["summary"]):
+            terminalreporter.write_line(r["summary"])
+            for note in r["notes"]:
+                terminalreporter.write_line(f"    note: {note}")
         for line in problems:
             terminalreporter.write_line(f"after the test: {line}")
-        shots = sorted({p.parent for r in results for p in r.screenshots})
-        for folder in shots:
+        for folder in sorted({f for r in results for f in r["shots"]}):
             terminalreporter.write_line(f"browser screenshots: {folder}")
     elif skipped:
         reason = str(skipped[0].longrepr[-1]) if isinstance(skipped[0].longrepr, tuple) else ""

@@ -75,19 +75,28 @@ def _child(payload: bytes, write_fd: int, memory_bytes: int) -> None:
 
 
 def _relay(read_fd: int, pid: int, deadline: float, out: IO[bytes]) -> None:
-    """Forward the child's lines to the grader (size-capped) until it ends or time is up."""
-    buffered, total = b"", 0
+    """Forward the child's lines to the grader (size-capped) until it ends or time is up.
+
+    The child has ended once it has exited and what it wrote is read: a process it left
+    behind that still holds the pipe (a learner's fork) does not keep the grader waiting
+    until the deadline; `_serve_one` kills that process."""
+    buffered, total, status = b"", 0, None
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             _emit_line(out, b"T")
             return
-        ready, _, _ = select.select([read_fd], [], [], min(left, 0.5))
-        if not ready:
+        if status is None:
+            reaped, exited = os.waitpid(pid, os.WNOHANG)
+            status = exited if reaped else None
+        # once the child has exited, whatever it wrote is already in the pipe
+        ready, _, _ = select.select([read_fd], [], [], 0 if status is not None else min(left, 0.5))
+        if not ready and status is None:
             continue
-        chunk = os.read(read_fd, 1 << 16)
+        chunk = os.read(read_fd, 1 << 16) if ready else b""
         if not chunk:
-            _, status = os.waitpid(pid, 0)
+            if status is None:
+                _, status = os.waitpid(pid, 0)
             _emit_line(out, b"X", str(status).encode())
             return
         total += len(chunk)
