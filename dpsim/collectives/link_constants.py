@@ -19,7 +19,8 @@ class Constant(NamedTuple):
     source: str
 
 
-FIT = "fit on the training half of dpsim/fidelity/data/nccl_tests.json (python -m dpsim validate)"
+FIT = ("fit on the training half of dpsim/fidelity/data/nccl_tests*.json "
+       "(python -m dpsim validate)")
 
 # Achieved bandwidth / spec bandwidth, per link kind ("generic" links are already achieved).
 ACHIEVED_FRACTION: dict[str, Constant] = {
@@ -32,8 +33,10 @@ ACHIEVED_FRACTION: dict[str, Constant] = {
                            "point in the dataset"),
     "infiniband": Constant(0.94, "NVIDIA/nccl-tests issue #290, D. Addison (NVIDIA): 'For "
                                  "NDR @ 400Gbps you should see 46-48GB/s per NIC' (47/50)"),
-    "roce": Constant(0.64, FIT),
-    "efa": Constant(0.98, FIT),
+    "roce": Constant(0.64, "an earlier fit of this kind; used only for RoCE links not in "
+                           "LINK_FRACTION"),
+    "efa": Constant(0.98, "an earlier fit of this kind; used only for EFA links not in "
+                          "LINK_FRACTION"),
     "ethernet": Constant(0.90, "assumed; no published point in the dataset"),
     "shared_memory": Constant(1.0, "gloo on one host: the preset is already measured-like"),
 }
@@ -44,17 +47,93 @@ ACHIEVED_FRACTION: dict[str, Constant] = {
 # ~275GB/s)' on H100 (275/450 = 0.61); the value used is the fit.
 NVLS_FRACTION = Constant(0.61, "NVIDIA/nccl-tests issue #212 (H100 statement above)")
 
-# Per NVSwitch generation (by intra-node link preset name), fitted where the data has it.
-NVLS_FRACTIONS: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(0.64, FIT),
-    "NVLink 5 (B200)": Constant(0.66, FIT),
+
+
+
+
+# NCCL's three protocols, from NCCL's tuner (NVIDIA/nccl src/graph/tuning.cc). LL sends 8
+# bytes of data with 8 bytes of flags (half the bandwidth, no fence: lowest latency); LL128
+# 120 of every 128 bytes; Simple whole buffers behind a fence (full bandwidth, most latency).
+NCCL_TUNING = ("NVIDIA/nccl src/graph/tuning.cc at commit "
+               "5067397c2676d5aed50042fc39e5c8ee96eb0027")
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# Bandwidth of a protocol / Simple's, per algorithm (NCCL's "model refinements").
+PROTOCOL_BANDWIDTH: dict[tuple[str, str], Constant] = {
+    ("ring", "LL"): Constant(0.5, f"{NCCL_TUNING}, line 327: busBw * .5"),
+    ("ring", "LL128"): Constant(0.92, f"{NCCL_TUNING}, line 329: busBw * 0.92"),
+    ("tree", "LL"): Constant(1 / 3.8, f"{NCCL_TUNING}, line 332: busBw * 1.0 / 3.8"),
+    ("tree", "LL128"): Constant(120 / 128, f"{NCCL_TUNING}, line 335: 120.0 / 128.0 "
+                                            "(more than one node)"),
 }
 
-# One pass through an NVSwitch that reduces (NVLS), microseconds, per switch generation.
-NVLS_HOP_US: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(25.86, FIT),
-    "NVLink 5 (B200)": Constant(11.29, FIT),
-}
+# Fixed latency of an (algorithm, protocol) in microseconds (NCCL's baseLatencies; NVLS 0).
+BASE_LATENCY_US: dict[tuple[str, str], Constant] = {
+    (a, p): Constant(v, f"{NCCL_TUNING}, line {line}: baseLatencies")
+    for a, line, row in (("tree", 151, (6.8, 14.0, 8.4)), ("ring", 151, (6.6, 14.0, 8.4)),
+                         ("nvls", 153, (0.0, 0.0, 0.0)))
+    for p, v in zip(PROTOCOLS, row, strict=True)}
 
+# NCCL's per-hop latencies (hwLatencies, us) per link class x algorithm x protocol. dpsim
+# uses only their ratios to Simple's: a hop of LL or LL128 costs the link's fitted (Simple)
+# hop latency x hwLatency[protocol] / hwLatency[Simple].
+HW_LATENCY_US: dict[tuple[str, str, str], Constant] = {
+    (hw, a, p): Constant(v, f"{NCCL_TUNING}, line {line}: hwLatencies")
+    for hw, line, rows in (("nvlink", 159, {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)}),
+                           ("pci", 165, {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)}),
+                           ("net", 171, {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}))
+    for a, row in rows.items() for p, v in zip(PROTOCOLS, row, strict=True)}
+
+
+# The fitted constants below are what `python -m dpsim validate` fits (its results say
+# whether they still are: shipped_constants_match_fit). Keys: link preset names.
+# Achieved / spec bandwidth of a network link whose runs the data has; other links: their
+# kind's ACHIEVED_FRACTION.
+# LL's rate across nodes, GB/s per node: NCCL caps LL at llMaxBw with more than one node
+# (tuning.cc lines 272, 327, 332: 39 GB/s busBw on two Intel nodes, 22.5 on AMD); what LL
+# reaches over each network is fitted; networks not here: no cap.
+# NVLS: algbw / per-direction NVLink spec, and one pass through the reducing NVSwitch (us).
+# A Simple hop over a link (us); LL and LL128 hops scale it by NCCL's hwLatencies ratios;
+# links not here use their preset's `latency_us`.
 # Fixed cost of one collective call (kernel launch, NCCL proxy start), microseconds.
-LAUNCH_US = Constant(3.54, FIT)
+# fitted: begin
+LINK_FRACTION: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(0.8, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(0.58, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.46, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.94, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.6, FIT),
+    "RoCE 100 Gb/s": Constant(0.44, FIT),
+    "RoCE 400 Gb/s": Constant(0.82, FIT),
+}
+LL_NETWORK_GBPS: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(0.25, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(0.5, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.25, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(20.159, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.25, FIT),
+    "RoCE 100 Gb/s": Constant(0.63, FIT),
+    "RoCE 400 Gb/s": Constant(2.52, FIT),
+}
+NVLS_FRACTIONS: dict[str, Constant] = {
+    "NVLink 4 (H100)": Constant(0.58, FIT),
+    "NVLink 5 (B200)": Constant(0.3, FIT),
+}
+NVLS_HOP_US: dict[str, Constant] = {
+    "NVLink 4 (H100)": Constant(4.18, FIT),
+    "NVLink 5 (B200)": Constant(9.57, FIT),
+}
+HOP_LATENCY_US: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(135.57, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(59.21, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(135.57, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(160.0, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.0, FIT),
+    "NVLink 3 (A100)": Constant(9.57, FIT),
+    "NVLink 4 (H100)": Constant(4.93, FIT),
+    "NVLink 5 (B200)": Constant(4.93, FIT),
+    "RoCE 100 Gb/s": Constant(3.54, FIT),
+    "RoCE 400 Gb/s": Constant(0.0, FIT),
+}
+LAUNCH_US = Constant(8.11, FIT)
+# fitted: end
