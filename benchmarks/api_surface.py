@@ -46,7 +46,7 @@ SIMULATOR_MODULES = (
     "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
     "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
     "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
-    "dpsim.strategies.hsdp",
+    "dpsim.strategies.hsdp", "dpsim.collectives.protocols",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -80,11 +80,19 @@ SKIPPED: dict[str, str] = {
                                  "python -m dpsim validate and tests/test_fidelity.py"
        for name in ("collectives.Point", "collectives.load_runs", "collectives.points",
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
-                    "collectives.link_names", "collectives.tied_links", "collectives.fit",
+                    "collectives.link_names", "collectives.fit", "collectives.data_files",
+                    "collectives.forced", "collectives.run_predictions",
+                    "collectives.fitted_constants", "collectives.family",
+                    "collectives.family_summary",
                     "collectives.evaluate", "collectives.shipped_rows",
                     "collectives.held_out_summary", "memory.evaluate", "ddp.evaluate",
                     "ddp.fit_efficiency", "report.shipped_matches_fit",
                     "report.run", "report.figure", "report.markdown", "report.main")},
+    **{f"dpsim.collectives.protocols.{name}": "NCCL's protocol tables, read by "
+                                              "nccl.time_terms after it checks its arguments; "
+                                              "fuzzed through it"
+       for name in ("protocols_for", "bandwidth_factor", "nccl_latency_us",
+                    "tree_correction")},
     "dpsim.strategies.single.SingleStrategy": _STRATEGY,
     "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,

@@ -59,6 +59,9 @@ SOURCES: dict[str, str] = {
     "a4": "Google Cloud 'Networking and GPU machines': a4-highgpu-8g, 8x B200, up to 3,600 Gbps "
           "(8 GPU NICs of 400 Gb/s RoCE, ConnectX-7, plus host NICs); dstackai/dstack "
           "mkdocs/docs/examples/clusters/gcp.md: 'A4 | B200:8 | 3.2 Tbps | RoCE'",
+    "oci-h200": "OCI compute shapes, BM.GPU.H200.8: 8x H200 141GB, 3,200 Gbps RDMA (8x 400 Gbps "
+                "RoCE; eight HCAs in oracle-quickstart/oci-hpc "
+                "playbooks/roles/nccl-conf/templates/h200)",
     "gb200-nvl-8": "8 GPUs of a GB200 NVL72 rack (2 compute trays of 4), one NVLink 5 domain "
                    "with NVLink SHARP; as run in oracle-quickstart/oci-hpc-oke README",
     "rtx4090-workstation": "A 4x RTX 4090 workstation: PCIe 4.0 x16 per card, no NVLink "
@@ -103,6 +106,8 @@ def _clusters() -> dict[str, Cluster]:
                             NVLINK4, ROCE_400G, nvls=True),
         "a4": Cluster("GCP a4-highgpu-8g (8x B200, 8x 400 Gb/s RoCE)", B200, 8, 1, NVLINK5,
                       ROCE_400G, nvls=True),
+        "oci-h200": Cluster("OCI BM.GPU.H200.8 (8x H200, 8x 400 Gb/s RoCE)", H200, 8, 1, NVLINK4,
+                            ROCE_400G, nvls=True),
         "gb200-nvl-8": Cluster("8 GPUs of a GB200 NVL72 (one NVLink 5 domain)", B200, 8, 1,
                                NVLINK5, nvls=True),
         "rtx4090-workstation": Cluster("4x RTX 4090 workstation (PCIe 4.0)", RTX_4090, 4, 1,

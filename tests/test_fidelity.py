@@ -102,4 +102,5 @@ def test_every_data_file_is_read_and_a_forced_algorithm_is_obeyed() -> None:
     p = collectives.points(collectives.load_runs(collectives.DATA))[0]
     free = collectives.predict_us(p)
     ring = collectives.predict_us(replace(p, forced=("ring", "Simple")))
-    assert ring[1] == "ring/Simple" and ring[0] >= free[0]
+    assert ring[1] == "ring/Simple"
+    assert ring[0] >= free[0]

@@ -15,7 +15,7 @@ from dpsim.collectives.nccl import (
     pairs,
     time_terms,
 )
-from dpsim.hardware import CLUSTERS, NVLINK4, get_cluster
+from dpsim.hardware import CLUSTERS, get_cluster
 
 IB4 = get_cluster("h100-ib-4")
 NODE = CLUSTERS["h100-node"]
@@ -49,23 +49,23 @@ def test_enabled_pairs_follow_nccl() -> None:
 
 
 def test_protocols_cost_what_nccl_says_relative_to_simple() -> None:
-    shape = group_shape(IB4)
-    per_byte = {p: time_terms("all_reduce", IB4, shape, "ring", p)[1]
-                for p in ("LL", "LL128", "Simple")}
-    assert per_byte["LL"] == pytest.approx(2 * per_byte["Simple"])  # half the bandwidth
-    assert per_byte["LL128"] == pytest.approx(per_byte["Simple"] / 0.92)
     node = GroupShape(1, 8)
-    latency = {p: time_terms("all_reduce", NODE, node, "ring", p)[0]
-               for p in ("LL", "LL128", "Simple")}
-    assert latency["LL"] < latency["LL128"] < latency["Simple"]
-    hops = 2 * 8 * DEFAULT_PARAMS.hop_s(NVLINK4)  # 2 passes of 8 hops, LL: 0.6/3.4 of each
-    launch = DEFAULT_PARAMS.launch_us * 1e-6
-    assert latency["LL"] == pytest.approx(launch + 6.6e-6 + hops * 0.6 / 3.4)
-    assert protocols.hop_ratio(NVLINK4, "tree", "LL128") == pytest.approx(1.25 / 4.0)
+    terms = {p: time_terms("all_reduce", NODE, node, "ring", p) for p in ("LL", "LL128", "Simple")}
+    assert terms["LL"][1] == pytest.approx(2 * terms["Simple"][1])  # half the bandwidth
+    assert terms["LL128"][1] == pytest.approx(terms["Simple"][1] / 0.92)
+    # NCCL's latency: base + 2(n-1) steps of its NVLink hop (LL 0.6, LL128 1.9, Simple 3.4)
+    launch = DEFAULT_PARAMS.launch_us
+    for p, base, hop in (("LL", 6.6, 0.6), ("LL128", 14.0, 1.9), ("Simple", 8.4, 3.4)):
+        assert terms[p][0] == pytest.approx((launch + base + 14 * hop) * 1e-6)
+    # a tree across 4 nodes: 2 x (7 NVLink hops + log2(4) network steps), LL over the net
+    net = DEFAULT_PARAMS.net_us(IB4.inter_node)
+    tree_ll = time_terms("all_reduce", IB4, group_shape(IB4), "tree", "LL")[0]
+    assert tree_ll == pytest.approx((launch + 6.8 + 2 * (7 * 0.6 + 2 * (5.0 + net))) * 1e-6)
     # across nodes LL is capped at the fitted per-node rate of the network
     p5 = CLUSTERS["p5"]
     ll = time_terms("all_reduce", p5, GroupShape(2, 8), "tree", "LL")[1]
     assert ll >= 1 / DEFAULT_PARAMS.ll_cap(p5.inter_node)
+    assert protocols.bandwidth_factor("tree", "LL") == pytest.approx(1 / 3.8)
 
 
 def test_bad_protocols_name_the_field() -> None:

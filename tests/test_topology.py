@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from dpsim.collectives.cost import collective_time_s
-from dpsim.collectives.link_constants import ACHIEVED_FRACTION, BASE_LATENCY_US, NVLS_FRACTIONS
+from dpsim.collectives.link_constants import ACHIEVED_FRACTION, NVLS_FRACTIONS
 from dpsim.collectives.nccl import (
     DEFAULT_PARAMS,
     GroupShape,
@@ -36,10 +36,9 @@ IB = DEFAULT_PARAMS.fraction(INFINIBAND_NDR) * INFINIBAND_NDR.bandwidth_GBps * 1
 GiB = 2**30
 
 
-def simple(algorithm: str, t_bw: float, path_s: float) -> float:
-    """NCCL's form for the Simple protocol: launch + base latency + path + bytes / rate."""
-    base = BASE_LATENCY_US[(algorithm, "Simple")].value
-    return (DEFAULT_PARAMS.launch_us + base) * 1e-6 + path_s + t_bw
+def simple(latency_us: float, t_bw: float) -> float:
+    """NCCL's form: launch + NCCL's latency of the pair + bytes / rate."""
+    return (DEFAULT_PARAMS.launch_us + latency_us) * 1e-6 + t_bw
 
 
 def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
@@ -47,9 +46,9 @@ def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
     b_i, b_n, _ = rates(IB16, shape)
     assert (b_i, b_n) == (pytest.approx(NV), pytest.approx(8 * IB))
     n, s = 128, GiB
-    hop = DEFAULT_PARAMS.hop_s
-    path = 2 * ((n - 16) * hop(NVLINK4) + 16 * hop(INFINIBAND_NDR))
-    expected = simple("ring", 2 * (n - 1) / n * s / min(NV, 8 * IB), path)
+    net = 14.0 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)  # NCCL: NET Simple + flush
+    latency = 8.4 + (2 * (n - 1) - 30) * 3.4 + 30 * net  # 2(m-1) = 30 network steps
+    expected = simple(latency, 2 * (n - 1) / n * s / min(NV, 8 * IB))
     assert algorithm_time_s("all_reduce", s, IB16, shape, "ring", protocol="Simple") == \
         pytest.approx(expected)
     # the old model sent everything through one NIC: several times slower
@@ -62,9 +61,9 @@ def test_tree_is_the_pipelined_hierarchy_not_log2_rings() -> None:
     s = GiB
     b_s = NVLINK4.bandwidth_GBps * 1e9 * DEFAULT_PARAMS.nvls(NVLINK4)
     t_bw = max(s / b_s, 2 * 15 / 16 * s / (8 * IB))  # NVLS in the node, 1/8 of S per NIC
-    path = 2 * (DEFAULT_PARAMS.nvls_hop_s(NVLINK4) + 4 * DEFAULT_PARAMS.hop_s(INFINIBAND_NDR))
+    net = 20.9 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)
     tree = algorithm_time_s("all_reduce", s, IB16, shape, "tree", protocol="Simple")
-    assert tree == pytest.approx(simple("tree", t_bw, path))
+    assert tree == pytest.approx(simple(25.0 + 2 * 4 * net, t_bw))  # NCCL's NVLSTree
     ring = algorithm_time_s("all_reduce", s, IB16, shape, "ring")
     assert 0.5 < tree / ring < 2  # close to the ring at large sizes, unlike L x the ring
     small = [algorithm_time_s("all_reduce", 1024, IB16, shape, a) for a in ("ring", "tree")]

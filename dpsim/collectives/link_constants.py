@@ -74,16 +74,38 @@ BASE_LATENCY_US: dict[tuple[str, str], Constant] = {
                          ("nvls", 153, (0.0, 0.0, 0.0)))
     for p, v in zip(PROTOCOLS, row, strict=True)}
 
-# NCCL's per-hop latencies (hwLatencies, us) per link class x algorithm x protocol. dpsim
-# uses only their ratios to Simple's: a hop of LL or LL128 costs the link's fitted (Simple)
-# hop latency x hwLatency[protocol] / hwLatency[Simple].
+# NCCL's per-hop latencies (hwLatencies, us) per link class x algorithm x protocol; NVLS
+# and NVLSTree run Simple only. dpsim's latency of a pair is NCCL's formula over these
+# (`protocols.nccl_latency_s`) plus the network's own latency (fitted, HOP_LATENCY_US).
 HW_LATENCY_US: dict[tuple[str, str, str], Constant] = {
-    (hw, a, p): Constant(v, f"{NCCL_TUNING}, line {line}: hwLatencies")
-    for hw, line, rows in (("nvlink", 159, {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)}),
-                           ("pci", 165, {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)}),
-                           ("net", 171, {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}))
-    for a, row in rows.items() for p, v in zip(PROTOCOLS, row, strict=True)}
+    **{(hw, a, p): Constant(v, f"{NCCL_TUNING}, line {line}: hwLatencies")
+       for hw, line, rows in (("nvlink", 159, {"tree": (0.6, 1.25, 4.0),
+                                               "ring": (0.6, 1.9, 3.4)}),
+                              ("pci", 165, {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)}),
+                              ("net", 171, {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}))
+       for a, row in rows.items() for p, v in zip(PROTOCOLS, row, strict=True)},
+    ("nvlink", "nvls", "Simple"): Constant(25.0, f"{NCCL_TUNING}, line 161: hwLatencies NVLS"),
+    ("nvlink", "nvls_tree", "Simple"): Constant(25.0, f"{NCCL_TUNING}, line 161: NVLSTree"),
+    ("net", "nvls_tree", "Simple"): Constant(20.9, f"{NCCL_TUNING}, line 173: NVLSTree"),
+}
 
+# NCCL's tree correction: a tree all-reduce's bandwidth x this factor at sizes 64 B x 2**i
+# (i = 0..22, floor(log2(bytes / 64))), per protocol: "Trees are not perfectly sticking to
+# the model for medium sizes" (applied for i < 23 at line 641).
+TREE_CORRECTION_SOURCE = f"{NCCL_TUNING}, lines 623-627: treeCorrectionFactor"
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}
+
+# Per network step of a ring across nodes, NCCL charges at least this (x3 for Simple).
+NET_OVERHEAD_US = Constant(1.0, f"{NCCL_TUNING}, lines 226-233: getNetOverhead, 1.0 on Intel "
+                                "x86 and others, 2.0 on AMD; dpsim does not model the CPU and "
+                                "assumes 1.0")
 
 # The fitted constants below are what `python -m dpsim validate` fits (its results say
 # whether they still are: shipped_constants_match_fit). Keys: link preset names.
@@ -92,48 +114,48 @@ HW_LATENCY_US: dict[tuple[str, str, str], Constant] = {
 # LL's rate across nodes, GB/s per node: NCCL caps LL at llMaxBw with more than one node
 # (tuning.cc lines 272, 327, 332: 39 GB/s busBw on two Intel nodes, 22.5 on AMD); what LL
 # reaches over each network is fitted; networks not here: no cap.
-# NVLS: algbw / per-direction NVLink spec, and one pass through the reducing NVSwitch (us).
-# A Simple hop over a link (us); LL and LL128 hops scale it by NCCL's hwLatencies ratios;
-# links not here use their preset's `latency_us`.
+# NVLS: algbw / per-direction NVLink spec.
+# A network's own latency (us), NCCL's graph latencyInter: added to each network step of
+# NCCL's formula (twice with Simple, NCCL's flush); networks not here use their preset's
+# `latency_us`.
 # Fixed cost of one collective call (kernel launch, NCCL proxy start), microseconds.
 # fitted: begin
 LINK_FRACTION: dict[str, Constant] = {
-    "EFA 100 Gb/s (p4d/p4de)": Constant(0.8, FIT),
-    "EFA v2 100 Gb/s (p5)": Constant(0.58, FIT),
-    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.46, FIT),
-    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.94, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(0.6, FIT),
-    "RoCE 100 Gb/s": Constant(0.44, FIT),
-    "RoCE 400 Gb/s": Constant(0.82, FIT),
+    "EFA 100 Gb/s (p4d/p4de)": Constant(0.78, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(0.6, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.54, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.9, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(0.46, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.66, FIT),
+    "RoCE 100 Gb/s": Constant(0.48, FIT),
+    "RoCE 200 Gb/s": Constant(0.6, FIT),
+    "RoCE 400 Gb/s": Constant(0.86, FIT),
 }
 LL_NETWORK_GBPS: dict[str, Constant] = {
     "EFA 100 Gb/s (p4d/p4de)": Constant(0.25, FIT),
-    "EFA v2 100 Gb/s (p5)": Constant(0.5, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(0.63, FIT),
     "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.25, FIT),
-    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(20.159, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(0.25, FIT),
-    "RoCE 100 Gb/s": Constant(0.63, FIT),
-    "RoCE 400 Gb/s": Constant(2.52, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(1.587, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(0.25, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(64.0, FIT),
+    "RoCE 100 Gb/s": Constant(0.25, FIT),
+    "RoCE 200 Gb/s": Constant(0.25, FIT),
+    "RoCE 400 Gb/s": Constant(20.159, FIT),
 }
 NVLS_FRACTIONS: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(0.58, FIT),
-    "NVLink 5 (B200)": Constant(0.3, FIT),
-}
-NVLS_HOP_US: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(4.18, FIT),
-    "NVLink 5 (B200)": Constant(9.57, FIT),
+    "NVLink 4 (H100)": Constant(0.56, FIT),
+    "NVLink 5 (B200)": Constant(0.5, FIT),
 }
 HOP_LATENCY_US: dict[str, Constant] = {
-    "EFA 100 Gb/s (p4d/p4de)": Constant(135.57, FIT),
-    "EFA v2 100 Gb/s (p5)": Constant(59.21, FIT),
-    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(135.57, FIT),
-    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(160.0, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(0.0, FIT),
-    "NVLink 3 (A100)": Constant(9.57, FIT),
-    "NVLink 4 (H100)": Constant(4.93, FIT),
-    "NVLink 5 (B200)": Constant(4.93, FIT),
-    "RoCE 100 Gb/s": Constant(3.54, FIT),
-    "RoCE 400 Gb/s": Constant(0.0, FIT),
+    "EFA 100 Gb/s (p4d/p4de)": Constant(69.88, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(18.57, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(97.33, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(50.17, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(3.54, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(1.83, FIT),
+    "RoCE 100 Gb/s": Constant(1.83, FIT),
+    "RoCE 200 Gb/s": Constant(0.0, FIT),
+    "RoCE 400 Gb/s": Constant(8.11, FIT),
 }
-LAUNCH_US = Constant(8.11, FIT)
+LAUNCH_US = Constant(6.87, FIT)
 # fitted: end

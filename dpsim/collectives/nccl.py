@@ -10,36 +10,40 @@ link's kind (`link_constants`). Per rank, per direction:
   fraction) / devices_per_node; every rank's rail is busy with its own group at once;
 * B_s, NVLS: `intra_node.bandwidth_GBps` x NVLS_FRACTION, where the NVSwitch reduces.
 
-Bandwidth time T_bw of an all-reduce of S bytes over N = m nodes x r ranks with Simple:
+Bandwidth time T_bw of an all-reduce of S bytes over N = m nodes x r ranks (Simple):
 
-| algorithm | T_bw | pipeline hops (latency path L) |
-|---|---|---|
-| ring | 2(N-1)/N S max(1/B_i, 1/B_n) | 2(N-m) intra + 2m network |
-| tree (pipelined) | max(intra stage, 2(m-1)/m S / B_n) | 2(r-1) intra + 2 log2(m) network |
-| nvls (one node) | S / B_s | 2 NVSwitch passes |
+| algorithm | T_bw |
+|---|---|
+| ring | 2(N-1)/N S max(1/B_i, 1/B_n) |
+| tree (pipelined) | max(intra stage, 2(m-1)/m S / B_n) |
+| nvls (one node) | S / B_s |
 
 The tree (hierarchical: reduce in the node, all-reduce 1/r of the data across nodes,
 broadcast in the node, all three pipelined) has as intra stage the node's chain
-(2(r-1)/r S / B_i) or, with NVLS and Simple, S / B_s (NCCL's NVLSTree), whose latency is
-one NVSwitch pass (`NVLS_HOP_US`) instead of r-1 hops; log2 is rounded up. All-gather and
-reduce-scatter are rings ((N-1)/N, half the hops) or, inside one NVLS node, NVLS
-((N-1)/N S / B_s); broadcast and reduce pipelined chains (1 x S).
+(2(r-1)/r S / B_i) or, with NVLS and Simple, S / B_s (NCCL's NVLSTree). All-gather and
+reduce-scatter are rings ((N-1)/N) or, inside one NVLS node, NVLS ((N-1)/N S / B_s);
+broadcast and reduce pipelined chains (1 x S).
 
-Each algorithm runs with one of NCCL's protocols (`protocols`): LL, LL128 or Simple.
-A protocol divides T_bw by its bandwidth factor (LL 0.5 on a ring, 1/3.8 on a tree;
-LL128 0.92 or 120/128; NCCL's tuner), scales each hop by NCCL's hwLatency ratio to
-Simple's, and adds NCCL's base latency of the pair; across nodes LL is also capped at a
-per-node rate (NCCL's llMaxBw; the value fitted per network kind). A chunked pipeline of
-depth L hops costs t = LAUNCH + base + (sqrt(T_bw) + sqrt(L))**2, the optimum of
-(hops + chunks) x (alpha + chunk/B) over the number of chunks.
+Each algorithm runs with one of NCCL's protocols (`protocols`): LL, LL128 or Simple. A
+pair (algorithm, protocol) takes t = LAUNCH + latency + T_bw / factor, NCCL's own form:
+`factor` is NCCL's bandwidth factor of the protocol (LL 0.5 on a ring, 1/3.8 on a tree;
+LL128 0.92 or 120/128; Simple 1), `latency` NCCL's formula (base latency + its per-hop
+latencies x the algorithm's steps, e.g. a ring all-reduce's 2(N-1) steps, a tree's
+2((r-1) intra + log2(m) network)) with the network's own latency (fitted) added to each
+network step; across nodes LL is also capped at a per-node rate (NCCL's llMaxBw; the value
+fitted per network). A tree all-reduce's bandwidth is multiplied by NCCL's own per-size
+correction (treeCorrectionFactor: 0.4-1 between 64 B and 256 MiB, "trees are not
+perfectly sticking to the model for medium sizes").
 
-The choice (`choose`) follows NCCL's rule (src/enqueue.cc, topoGetAlgoInfo over
-ncclTopoGetAlgoTime in src/graph/tuning.cc): among the enabled (algorithm, protocol)
-pairs, the one with the smallest estimated time, latency + bytes / bandwidth. dpsim's
-estimate is its own fitted model, not NCCL's tuner tables (NCCL's estimate also depends on
-the channels and speeds its topology search finds, which dpsim does not model), so where
-NCCL's tuner misjudges (p5 at 64 KiB), dpsim picks the faster pair and NCCL does not.
-A learner overrides the choice with `algorithm` and `protocol`.
+The choice (`choose`) is NCCL's rule (src/enqueue.cc topoGetAlgoInfo over
+ncclTopoGetAlgoTime, src/graph/tuning.cc): among the enabled (algorithm, protocol) pairs,
+the one with the smallest time. Enabled as in NCCL: ring always; tree for an all-reduce
+across nodes; NVLS inside one NVLS node (all-reduce, all-gather, reduce-scatter); LL128
+only over NVLink; NVLS and NVLSTree only with Simple. The time compared is dpsim's (NCCL's
+latencies, dpsim's fitted bandwidths); NCCL's own estimate also uses the channel counts
+and speeds its topology search finds and a per-size tree correction, which dpsim does not
+model, so near a switch point the two can pick differently. A learner overrides the choice
+with `algorithm` and `protocol`.
 """
 
 from __future__ import annotations
@@ -56,14 +60,13 @@ from dpsim.collectives.link_constants import (
     LL_NETWORK_GBPS,
     NVLS_FRACTION,
     NVLS_FRACTIONS,
-    NVLS_HOP_US,
 )
 from dpsim.collectives.protocols import (
     PROTOCOL_CHOICES,
     bandwidth_factor,
-    base_latency_s,
-    hop_ratio,
+    nccl_latency_us,
     protocols_for,
+    tree_correction,
 )
 from dpsim.hardware import MAX_DEVICES_PER_NODE, MAX_NODES, Cluster, Link
 from dpsim.validation import require_choice, require_int, require_type
@@ -84,8 +87,6 @@ class ModelParams:
     nvls_fractions: dict[str, float] = field(
         default_factory=lambda: {k: c.value for k, c in NVLS_FRACTIONS.items()})
 
-    nvls_hop_us: dict[str, float] = field(
-        default_factory=lambda: {k: c.value for k, c in NVLS_HOP_US.items()})
 
     link_fractions: dict[str, float] = field(
         default_factory=lambda: {k: c.value for k, c in LINK_FRACTION.items()})
@@ -105,18 +106,15 @@ class ModelParams:
     hop_us: dict[str, float] = field(
         default_factory=lambda: {k: c.value for k, c in HOP_LATENCY_US.items()})
 
-    def hop_s(self, link: Link) -> float:
-        """Seconds of one Simple hop over `link` (the fitted table by name, else the
-        preset's `latency_us`)."""
-        return self.hop_us.get(link.name, link.latency_us) * 1e-6
+    def net_us(self, link: Link | None) -> float:
+        """The network's own latency per step, us (the fitted table by link name, else the
+        preset's `latency_us`; 0 without a network)."""
+        return 0.0 if link is None else self.hop_us.get(link.name, link.latency_us)
 
     def nvls(self, link: Link) -> float:
         """The NVLS fraction of the NVSwitch behind `link` (by its name)."""
         return self.nvls_fractions.get(link.name, self.nvls_fraction)
 
-    def nvls_hop_s(self, link: Link) -> float:
-        """Seconds of one pass through the NVSwitch behind `link` (else the link's hop)."""
-        return self.nvls_hop_us.get(link.name, link.latency_us) * 1e-6
 
 
 DEFAULT_PARAMS = ModelParams()
@@ -200,21 +198,6 @@ def available(collective: str, cluster: Cluster, shape: GroupShape) -> tuple[str
     return tuple(algos)
 
 
-def _hops(cluster: Cluster, shape: GroupShape, algorithm: str, protocol: str,
-          params: ModelParams) -> float:
-    """Seconds of one pass along the latency path L, with `protocol`'s hops."""
-    intra, inter = cluster.intra_node, cluster.inter_node
-    a_i = params.hop_s(intra) * hop_ratio(intra, algorithm, protocol)
-    a_n = 0.0 if inter is None else params.hop_s(inter) * hop_ratio(inter, algorithm, protocol)
-    m, r = shape.n_nodes, shape.ranks_per_node
-    if algorithm == "ring":
-        crossings = m if m > 1 else 0
-        return (shape.world_size - crossings) * a_i + crossings * a_n
-    intra_l = params.nvls_hop_s(intra) if _nvls_intra(cluster, shape, protocol) \
-        else (r - 1) * a_i
-    return intra_l + (math.ceil(math.log2(m)) * a_n if m > 1 else 0.0)
-
-
 def _nvls_intra(cluster: Cluster, shape: GroupShape, protocol: str) -> bool:
     """Whether the node's part runs on the NVSwitch (NVLS, NVLSTree: Simple only)."""
     return cluster.nvls and shape.ranks_per_node > 1 and protocol == "Simple"
@@ -246,15 +229,17 @@ def _terms(collective: str, cluster: Cluster, shape: GroupShape, algorithm: str,
     k /= bandwidth_factor(algorithm, protocol)
     if protocol == "LL" and m > 1:  # NCCL's llMaxBw: LL's own cap across nodes
         k = max(k, 2 * (m - 1) / m / params.ll_cap(cluster.inter_node))
-    passes = 2 if collective == "all_reduce" else 1
-    path = passes * _hops(cluster, shape, algorithm, protocol, params)
-    return params.launch_us * 1e-6 + base_latency_s(algorithm, protocol) + path, k
+    latency = nccl_latency_us(collective, cluster, m, r, algorithm, protocol,
+                              params.net_us(cluster.inter_node) if m > 1 else 0.0)
+    return (params.launch_us + latency) * 1e-6, k
 
 
 def _pair_time_s(collective: str, s: float, cluster: Cluster, shape: GroupShape,
                  algorithm: str, protocol: str, params: ModelParams) -> float:
     latency, per_byte = _terms(collective, cluster, shape, algorithm, protocol, params)
-    return latency + s * per_byte
+    nvls_node = cluster.nvls and shape.ranks_per_node > 1
+    return latency + s * per_byte / tree_correction(collective, algorithm, protocol, int(s),
+                                                    nvls_node)
 
 
 def pairs(collective: str, cluster: Cluster, shape: GroupShape,
@@ -315,7 +300,10 @@ def nccl_time_s(collective: str, nbytes: int, cluster: Cluster, n_devices: int |
 
     >>> from dpsim.hardware import get_cluster
     >>> round(nccl_time_s("all_reduce", 2**30, get_cluster("h100-ib-4")) * 1e3, 2)  # ms
-    5.5
+    6.23
+    >>> ib4 = get_cluster("h100-ib-4")
+    >>> nccl_time_s("all_reduce", 8, ib4, protocol="Simple") > nccl_time_s("all_reduce", 8, ib4)
+    True
     """
     shape = group_shape(cluster, n_devices, ranks_per_node)
     require_choice("collective", collective, NCCL_COLLECTIVES)

@@ -10,22 +10,26 @@ costs relative to Simple, from NCCL's tuner (`link_constants.NCCL_TUNING`).
 * Simple: whole buffers behind a memory fence: full bandwidth, the longest hops. NVLS and
   NVLSTree run Simple only (tuning.cc line 305).
 
-A hop of protocol p costs the link's (Simple) hop latency x hwLatency[p] / hwLatency[Simple]
-of NCCL's table for the link's class (NVLink, PCI, network) and the algorithm.
+The latency of a pair is NCCL's own formula (`nccl_latency_us`): its base latency plus its
+per-hop latencies (hwLatencies) for the link class (NVLink, PCI, network) times the steps
+of the algorithm, plus the network's own latency per network step.
 """
 
 from __future__ import annotations
 
+import math
+
 from dpsim.collectives.link_constants import (
     BASE_LATENCY_US,
     HW_LATENCY_US,
+    NET_OVERHEAD_US,
     PROTOCOL_BANDWIDTH,
     PROTOCOLS,
+    TREE_CORRECTION,
 )
 from dpsim.hardware import Cluster, Link
 
 PROTOCOL_CHOICES = ("auto", *PROTOCOLS)
-NETWORK_CLASS_KINDS = ("infiniband", "roce", "efa", "ethernet")
 
 
 def protocols_for(algorithm: str, cluster: Cluster) -> tuple[str, ...]:
@@ -43,21 +47,54 @@ def bandwidth_factor(algorithm: str, protocol: str) -> float:
     return 1.0 if c is None else c.value
 
 
-def _hw_class(link: Link) -> str:
-    if link.kind == "nvlink":
-        return "nvlink"
-    return "net" if link.kind in NETWORK_CLASS_KINDS else "pci"
+def _hw(link: Link, network: bool) -> str:
+    """NCCL's link class of `link`: NVLink, a network, or PCI (anything else)."""
+    if network:
+        return "net"
+    return "nvlink" if link.kind == "nvlink" else "pci"
 
 
-def hop_ratio(link: Link, algorithm: str, protocol: str) -> float:
-    """A hop of `protocol` on `link` / a Simple hop there (NCCL's hwLatencies ratio)."""
-    if algorithm == "nvls" or protocol == "Simple":
+def _lat(hw: str, algorithm: str, protocol: str) -> float:
+    return HW_LATENCY_US[(hw, algorithm, protocol)].value
+
+
+def nccl_latency_us(collective: str, cluster: Cluster, n_nodes: int, ranks_per_node: int,
+                    algorithm: str, protocol: str, net_us: float) -> float:  # long: NCCL's
+    """NCCL's latency of (`algorithm`, `protocol`) in microseconds (tuning.cc lines
+    384-431), with `net_us` the network's own latency (latencyInter) per network step.
+    dpsim's "tree" with Simple on an NVLS node is NCCL's NVLSTree."""
+    n, m = n_nodes * ranks_per_node, n_nodes
+    nvls_tree = algorithm == "tree" and protocol == "Simple" and cluster.nvls \
+        and ranks_per_node > 1
+    algo = "nvls_tree" if nvls_tree else algorithm
+    base = 0.0 if algo.startswith("nvls") else BASE_LATENCY_US[(algorithm, protocol)].value
+    intra = _lat(_hw(cluster.intra_node, False), algo, protocol) if algo != "nvls" or \
+        cluster.intra_node.kind == "nvlink" else 0.0
+    if algo == "nvls":
+        return intra
+    inter_algo = "tree" if ranks_per_node == 1 and algo != "nvls_tree" else algo
+    inter = _lat("net", inter_algo, protocol) + net_us * (2 if protocol == "Simple" else 1)
+    log2m = int(math.log2(m))
+    if algo == "nvls_tree":
+        return intra + 2 * log2m * inter
+    if algo == "tree":
+        return base + 2 * ((ranks_per_node - 1) * intra + log2m * inter)
+    steps = {"all_reduce": 2 * (n - 1), "all_gather": n - 1, "reduce_scatter": n - 1}
+    if collective not in steps:  # broadcast, reduce: one step a rank, Simple at tree's
+        hw = _hw(cluster.intra_node, m > 1)
+        return base + n * _lat(hw, "tree" if protocol == "Simple" else "ring", protocol)
+    if m > 1:
+        overhead = NET_OVERHEAD_US.value * (3 if protocol == "Simple" else 1)
+        intra = max(intra, overhead)
+    inter_steps = 0 if m == 1 else 2 * (m - 1) if collective == "all_reduce" else m - 1
+    return base + (steps[collective] - inter_steps) * intra + inter_steps * inter
+
+
+def tree_correction(collective: str, algorithm: str, protocol: str, nbytes: int,
+                    nvls_node: bool) -> float:
+    """NCCL's correction of a tree all-reduce's bandwidth at `nbytes` (1: none); NCCL's
+    NVLSTree (a tree with Simple on an NVLS node) gets none (tuning.cc lines 640-646)."""
+    if collective != "all_reduce" or algorithm != "tree" or (nvls_node and protocol == "Simple"):
         return 1.0
-    hw = _hw_class(link)
-    return HW_LATENCY_US[(hw, algorithm, protocol)].value / \
-        HW_LATENCY_US[(hw, algorithm, "Simple")].value
-
-
-def base_latency_s(algorithm: str, protocol: str) -> float:
-    """NCCL's fixed latency of (`algorithm`, `protocol`), seconds."""
-    return BASE_LATENCY_US[(algorithm, protocol)].value * 1e-6
+    log_size = (nbytes >> 6).bit_length() - 1
+    return TREE_CORRECTION[protocol][log_size] if 0 <= log_size < 23 else 1.0

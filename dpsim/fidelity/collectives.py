@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from dpsim.collectives.nccl import (
     pairs,
     time_terms,
 )
+from dpsim.collectives.protocols import tree_correction
 from dpsim.hardware import Cluster
 
 DATA_DIR = Path(__file__).with_name("data")
@@ -101,7 +103,7 @@ def predict_us(p: Point, params: ModelParams = DEFAULT_PARAMS) -> tuple[float, s
     return float(t[0]), pair[0]
 
 
-def run_predictions(pts: list[Point], params: ModelParams = DEFAULT_PARAMS
+def run_predictions(pts: Sequence[Point], params: ModelParams = DEFAULT_PARAMS
                     ) -> tuple[np.ndarray, list[str]]:
     """Modelled microseconds and chosen "algorithm/protocol" of points of one run (one
     cluster, group and collective), all sizes at once: the smallest time over the pairs."""
@@ -111,19 +113,32 @@ def run_predictions(pts: list[Point], params: ModelParams = DEFAULT_PARAMS
     options = [(a, q) for a, q in pairs(pts[0].collective, cluster, shape, proto)
                if algo in ("auto", a)]
     s = np.array([float(p.nbytes) for p in pts])
+    nvls_node = cluster.nvls and shape.ranks_per_node > 1
     times = np.empty((len(options), s.size))
     for i, (a, proto) in enumerate(options):
         latency, per_byte = time_terms(pts[0].collective, cluster, shape, a, proto, params)
         times[i] = latency + per_byte * s
+        if a == "tree":  # NCCL's per-size correction of a tree's bandwidth
+            sizes = tuple(p.nbytes for p in pts)
+            times[i] += per_byte * s * (1 / _corrections(sizes, proto, nvls_node) - 1)
     best = times.argmin(axis=0)  # first of equal times: NCCL's order, as `choose`
     return times.min(axis=0) * 1e6, [f"{options[j][0]}/{options[j][1]}" for j in best]
 
 
+@cache
+def _corrections(sizes: tuple[int, ...], protocol: str, nvls_node: bool) -> np.ndarray:
+    """NCCL's tree correction of an all-reduce at each size (see `tree_correction`)."""
+    return np.array([tree_correction("all_reduce", "tree", protocol, n, nvls_node)
+                     for n in sizes])
+
+
 def errors(pts: list[Point], params: ModelParams) -> np.ndarray:
     """Relative error of the modelled time, predicted / published - 1, per point."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(pts):
+        groups.setdefault(p.run, []).append(i)
     out = np.empty(len(pts))
-    for run in dict.fromkeys(p.run for p in pts):
-        idx = [i for i, p in enumerate(pts) if p.run == run]
+    for idx in groups.values():
         mine = [pts[i] for i in idx]
         t, _ = run_predictions(mine, params)
         out[idx] = t / np.array([p.time_us for p in mine]) - 1
@@ -139,12 +154,9 @@ START_FRACTION, START_LATENCY_US, START_LL_GBPS = 0.8, 5.0, 1.0  # where the fit
 
 
 def link_names(pts: list[Point]) -> list[str]:
-    """The links (by name) whose Simple hop latency is fitted: every one in the points."""
-    names = set()
-    for p in pts:
-        c = CLUSTERS[p.cluster]
-        names |= {c.intra_node.name} | ({c.inter_node.name} if c.inter_node else set())
-    return sorted(names)
+    """The networks (by link name) whose own latency is fitted: those runs cross."""
+    return sorted({c.inter_node.name for p in pts for c in [CLUSTERS[p.cluster]]
+                   if c.inter_node is not None and p.n_nodes > 1})
 
 
 def _start(pts: list[Point]) -> tuple[ModelParams, list[str], list[str]]:
@@ -157,7 +169,6 @@ def _start(pts: list[Point]) -> tuple[ModelParams, list[str], list[str]]:
                      link_fractions=dict.fromkeys(nets, START_FRACTION),
                      nvls_fractions=dict.fromkeys(switches, START_FRACTION),
                      ll_network_GBps=dict.fromkeys(nets, START_LL_GBPS),
-                     nvls_hop_us=dict.fromkeys(switches, START_LATENCY_US),
                      hop_us=dict.fromkeys(link_names(pts), START_LATENCY_US))
     return params, nets, switches
 
@@ -178,7 +189,6 @@ def fit(pts: list[Point], rounds: int = 4) -> ModelParams:
             params = best("ll_network_GBps", net, LL_GRID_GBPS)
         for switch in switches:
             params = best("nvls_fractions", switch, FRACTION_GRID)
-            params = best("nvls_hop_us", switch, LATENCY_GRID_US)
         params = min((replace(params, launch_us=a) for a in LATENCY_GRID_US),
                      key=lambda q: _score(errors(pts, q)))
         for name in sorted(params.hop_us):
@@ -192,7 +202,6 @@ def fitted_constants(params: ModelParams, pts: list[Point]) -> dict[str, Any]:
     return {"link_fractions": {k: params.link_fractions[k] for k in nets},
             "ll_network_GBps": {k: params.ll_network_GBps[k] for k in nets},
             "nvls_fractions": {k: params.nvls_fractions[k] for k in switches},
-            "nvls_hop_us": {k: params.nvls_hop_us[k] for k in switches},
             "launch_us": params.launch_us, "hop_latency_us": dict(params.hop_us)}
 
 
