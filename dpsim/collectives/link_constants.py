@@ -1,10 +1,11 @@
 """The named constants of the collective model, each with where it comes from.
 
-Three kinds of source: a maintainer's published statement (cited), a fit to the training
-half of the published nccl-tests runs in `dpsim/fidelity/data/nccl_tests.json` (the held-out
-half is the model's error, `python -m dpsim validate`), or an assumption, said as such.
-The per-hop latencies of the links live on the link presets (`dpsim.hardware`), fitted the
-same way where the dataset has that link.
+Four kinds of source: NCCL's own tuner (src/graph/tuning.cc, file, commit and line), a
+maintainer's published statement (cited), a fit to the training half of the published
+nccl-tests runs in `dpsim/fidelity/data/nccl_tests*.json` (the held-out half is the model's
+error, `python -m dpsim validate`), or an assumption, said as such. A fitted rate of a link
+absorbs what the model leaves out (channel counts, plugins, run-to-run differences): it is
+not a measured per-NIC rate.
 """
 
 from __future__ import annotations
