@@ -34,11 +34,12 @@ WHY_RUN: dict[str, str] = {
                             "(forced Ring/Simple, 8 channels): a fixed cost of the TCPX "
                             "plugin's data path that no per-step latency of NCCL's formula "
                             "reproduces without breaking the large sizes",
-    "p5-2x8-allreduce": "at 64 KiB the log takes 135 us, more than 128 KiB's 109 us: NCCL's "
-                        "tuner picks a pair that runs slower there (its estimate uses its "
-                        "channel counts and tree correction, not the time), while dpsim picks "
-                        "its fastest (tree/LL128, 93 us); 4-64 MiB run 30-37 % slower than "
-                        "the model, where NCCL still ramps up channels and chunks",
+    "p5-2x8-allreduce": "at 64 KiB the log takes 135 us, more than 128 KiB's 109 us: the "
+                        "time falls with the size, a sign that NCCL's tuner switches pair "
+                        "there (the log does not say which); dpsim's fastest pair (tree/LL128, "
+                        "93 us) cannot rise and fall; 4-64 MiB run 30-37 % slower than the "
+                        "model, NCCL's middle-size throughput that its own tree correction "
+                        "only partly covers",
     "h100-8x8-allreduce-ib": "8 MiB takes 1272 us in the log, between 204 us at 4 MiB and "
                              "378 us at 16 MiB: a one-row outlier no monotone model follows",
     "p5-2x8-allreduce-eks": "the same instance type as p5-2x8-allreduce but 1.5-2.3x slower "
