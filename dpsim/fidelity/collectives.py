@@ -132,16 +132,31 @@ def _corrections(sizes: tuple[int, ...], protocol: str, nvls_node: bool) -> np.n
                      for n in sizes])
 
 
-def errors(pts: list[Point], params: ModelParams) -> np.ndarray:
-    """Relative error of the modelled time, predicted / published - 1, per point."""
+def _uses(p: Point, params: ModelParams) -> tuple[Any, ...]:
+    """Every constant of `params` the model reads for `p`'s run (the key of a cached run)."""
+    c = CLUSTERS[p.cluster]
+    inter = c.inter_node if p.n_nodes > 1 else None
+    return (p.run, params.launch_us, params.fraction(c.intra_node), params.nvls(c.intra_node),
+            None if inter is None else params.fraction(inter), params.ll_cap(inter),
+            params.net_us(inter))
+
+
+def errors(pts: list[Point], params: ModelParams,
+           memo: dict[tuple[Any, ...], np.ndarray] | None = None) -> np.ndarray:
+    """Relative error of the modelled time, predicted / published - 1, per point (`memo`:
+    a run's errors by the constants it uses, kept across calls by the fit)."""
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(pts):
         groups.setdefault(p.run, []).append(i)
+    memo = {} if memo is None else memo
     out = np.empty(len(pts))
     for idx in groups.values():
         mine = [pts[i] for i in idx]
-        t, _ = run_predictions(mine, params)
-        out[idx] = t / np.array([p.time_us for p in mine]) - 1
+        key = _uses(mine[0], params)
+        if key not in memo:
+            t, _ = run_predictions(mine, params)
+            memo[key] = t / np.array([p.time_us for p in mine]) - 1
+        out[idx] = memo[key]
     return out
 
 
@@ -176,12 +191,13 @@ def _start(pts: list[Point]) -> tuple[ModelParams, list[str], list[str]]:
 def fit(pts: list[Point], rounds: int = 4) -> ModelParams:
     """The fitted ModelParams on the training points given."""
     params, nets, switches = _start(pts)
+    memo: dict[tuple[Any, ...], np.ndarray] = {}  # a run's errors, by the constants it uses
 
     def best(field: str, key: str, grid: Iterable[float]) -> ModelParams:
         table: dict[str, float] = getattr(params, field)
         changes: list[dict[str, Any]] = [{field: {**table, key: float(v)}} for v in grid]
         return min((replace(params, **c) for c in changes),
-                   key=lambda q: _score(errors(pts, q)))
+                   key=lambda q: _score(errors(pts, q, memo)))
 
     for _ in range(rounds):
         for net in nets:
@@ -190,7 +206,7 @@ def fit(pts: list[Point], rounds: int = 4) -> ModelParams:
         for switch in switches:
             params = best("nvls_fractions", switch, FRACTION_GRID)
         params = min((replace(params, launch_us=a) for a in LATENCY_GRID_US),
-                     key=lambda q: _score(errors(pts, q)))
+                     key=lambda q: _score(errors(pts, q, memo)))
         for name in sorted(params.hop_us):
             params = best("hop_us", name, LATENCY_GRID_US)
     return params
