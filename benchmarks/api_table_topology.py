@@ -14,6 +14,7 @@ SHAPE = nccl.GroupShape(4, 8)
 COLL = choice("collective", "all_reduce", nccl.NCCL_COLLECTIVES)
 NB = integer("nbytes", 2**20)
 CL = obj("cluster", IB4)
+PROTO = choice("protocol", "auto", nccl.PROTOCOL_CHOICES)
 
 
 def topology_entry_points() -> tuple[EntryPoint, ...]:
@@ -29,13 +30,20 @@ def topology_entry_points() -> tuple[EntryPoint, ...]:
                    (COLL, CL, obj("shape", SHAPE))),
         EntryPoint("collectives.nccl.algorithm_time_s", nccl.algorithm_time_s,
                    (COLL, NB, CL, obj("shape", SHAPE),
-                    choice("algorithm", "tree", nccl.NCCL_ALGORITHMS))),
+                    choice("algorithm", "tree", nccl.NCCL_ALGORITHMS), PROTO)),
         EntryPoint("collectives.nccl.choose_algorithm", nccl.choose_algorithm,
                    (COLL, NB, CL, obj("shape", SHAPE))),
+        EntryPoint("collectives.nccl.choose", nccl.choose,
+                   (COLL, NB, CL, obj("shape", SHAPE), PROTO)),
+        EntryPoint("collectives.nccl.pairs", nccl.pairs, (COLL, CL, obj("shape", SHAPE), PROTO)),
+        EntryPoint("collectives.nccl.time_terms", nccl.time_terms,
+                   (COLL, CL, obj("shape", SHAPE),
+                    choice("algorithm", "tree", nccl.NCCL_ALGORITHMS),
+                    choice("protocol", "Simple", nccl.PROTOCOL_CHOICES[1:]))),
         EntryPoint("collectives.nccl.nccl_time_s", nccl.nccl_time_s,
                    (COLL, NB, CL, integer("n_devices", 32, optional=True),
                     integer("ranks_per_node", 8, optional=True),
-                    choice("algorithm", "auto", nccl.ALGORITHM_CHOICES))),
+                    choice("algorithm", "auto", nccl.ALGORITHM_CHOICES), PROTO)),
         EntryPoint("collectives.nccl.achieved_link", nccl.achieved_link,
                    (obj("link", hardware.NVLINK4),)),
         EntryPoint("collectives.nccl.ring_link", nccl.ring_link,

@@ -16,6 +16,8 @@ from dpsim.hardware import (
     B200,
     EFA_V1,
     EFA_V2,
+    GCP_TCPX,
+    GCP_TCPXO,
     H100_80GB,
     H200,
     INFINIBAND_EDR,
@@ -28,6 +30,7 @@ from dpsim.hardware import (
     PCIE4_X16,
     ROCE_100G,
     ROCE_200G,
+    ROCE_400G,
     RTX_4090,
     V100_32GB,
     Cluster,
@@ -52,6 +55,20 @@ SOURCES: dict[str, str] = {
                 "(16x 100 Gbps RoCE)",
     "oci-h100": "OCI compute shapes, BM.GPU.H100.8: 8x H100 80GB, 3,200 Gbps RDMA "
                 "(16x 200 Gbps RoCE)",
+    "a3-mega": "Google Cloud 'Networking and GPU machines': a3-megagpu-8g, 8x H100 80GB, up to "
+               "1,600 Gbps GPU networking (8 GPU NICs of 200 Gb/s, GPUDirect-TCPXO; eth1..eth8 in "
+               "GoogleCloudPlatform/cluster-toolkit examples/gke-a3-megagpu/nccl-test-latest.yaml)",
+    "a3-high": "Google Cloud 'Networking and GPU machines': a3-highgpu-8g, 8x H100 80GB, up to "
+               "1,000 Gbps (4 GPU NICs of 200 Gb/s with GPUDirect-TCPX plus a host NIC; eth1..eth4 "
+               "in GoogleCloudPlatform/cluster-toolkit examples/gke-a3-highgpu/nccl-test.yaml)",
+    "a3-ultra": "Google Cloud 'Networking and GPU machines': a3-ultragpu-8g, 8x H200, up to 3,600 "
+                "Gbps (8 GPU NICs of 400 Gb/s RoCE, ConnectX-7, GPUDirect-RDMA, plus host NICs)",
+    "a4": "Google Cloud 'Networking and GPU machines': a4-highgpu-8g, 8x B200, up to 3,600 Gbps "
+          "(8 GPU NICs of 400 Gb/s RoCE, ConnectX-7, plus host NICs); dstackai/dstack "
+          "mkdocs/docs/examples/clusters/gcp.md: 'A4 | B200:8 | 3.2 Tbps | RoCE'",
+    "oci-h200": "OCI compute shapes, BM.GPU.H200.8: 8x H200 141GB, 3,200 Gbps RDMA (8x 400 Gbps "
+                "RoCE; eight HCAs in oracle-quickstart/oci-hpc "
+                "playbooks/roles/nccl-conf/templates/h200)",
     "gb200-nvl-8": "8 GPUs of a GB200 NVL72 rack (2 compute trays of 4), one NVLink 5 domain "
                    "with NVLink SHARP; as run in oracle-quickstart/oci-hpc-oke README",
     "dgx-1v": "NVIDIA DGX-1 with Tesla V100 datasheet: 8x V100 (16 or 32 GB), NVLink hybrid "
@@ -102,6 +119,16 @@ def _clusters() -> dict[str, Cluster]:
                             1, NVLINK3, ROCE_100G, nics_per_node=16),
         "oci-h100": Cluster("OCI BM.GPU.H100.8 (8x H100, 16x 200 Gb/s RoCE)", H100_80GB, 8, 1,
                             NVLINK4, ROCE_200G, nics_per_node=16, nvls=True),
+        "a3-mega": Cluster("GCP a3-megagpu-8g (8x H100, 8x 200 Gb/s GPUDirect-TCPXO)", H100_80GB,
+                           8, 1, NVLINK4, GCP_TCPXO, nics_per_node=8, nvls=True),
+        "a3-high": Cluster("GCP a3-highgpu-8g (8x H100, 4x 200 Gb/s GPUDirect-TCPX)", H100_80GB,
+                           8, 1, NVLINK4, GCP_TCPX, nics_per_node=4, nvls=True),
+        "a3-ultra": Cluster("GCP a3-ultragpu-8g (8x H200, 8x 400 Gb/s RoCE)", H200, 8, 1,
+                            NVLINK4, ROCE_400G, nvls=True),
+        "a4": Cluster("GCP a4-highgpu-8g (8x B200, 8x 400 Gb/s RoCE)", B200, 8, 1, NVLINK5,
+                      ROCE_400G, nvls=True),
+        "oci-h200": Cluster("OCI BM.GPU.H200.8 (8x H200, 8x 400 Gb/s RoCE)", H200, 8, 1, NVLINK4,
+                            ROCE_400G, nvls=True),
         "gb200-nvl-8": Cluster("8 GPUs of a GB200 NVL72 (one NVLink 5 domain)", B200, 8, 1,
                                NVLINK5, nvls=True),
         "dgx-1v": Cluster("DGX-1 (8x V100 32GB, NVLink hybrid cube mesh, 4x EDR 100 Gb/s)",

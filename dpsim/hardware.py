@@ -210,6 +210,10 @@ INFINIBAND_HDR = Link("InfiniBand HDR 200 Gb/s", 25.0, 5.82, "infiniband")
 INFINIBAND_NDR = Link("InfiniBand NDR 400 Gb/s", 50.0, 5.82, "infiniband")  # one NIC per GPU
 ROCE_100G = Link("RoCE 100 Gb/s", 12.5, 5.82, "roce")
 ROCE_200G = Link("RoCE 200 Gb/s", 25.0, 5.82, "roce")
+ROCE_400G = Link("RoCE 400 Gb/s", 50.0, 5.82, "roce")  # latency assumed as RoCE 100G
+# Google Cloud A3 GPU NICs (200 Gb/s each); latency assumed as RoCE 100G until a fit has them.
+GCP_TCPX = Link("GPUDirect-TCPX 200 Gb/s (GCP A3 High)", 25.0, 5.82, "ethernet")
+GCP_TCPXO = Link("GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)", 25.0, 5.82, "ethernet")
 EFA_V1 = Link("EFA 100 Gb/s (p4d/p4de)", 12.5, 69.88, "efa")
 EFA_V2 = Link("EFA v2 100 Gb/s (p5)", 12.5, 8.11, "efa")
 ETHERNET_10G = Link("Ethernet 10 Gb/s", 1.25, 50.0, "ethernet")

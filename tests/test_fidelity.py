@@ -22,8 +22,8 @@ def test_every_run_and_point_has_a_citation_and_a_configuration() -> None:
     for run in runs:
         src = run["source"]
         assert src["repo"]
-        assert src["path"]
-        assert len(src["commit"]) == 40
+        assert src["url"] if src.get("kind") == "issue" else src["path"]
+        assert src.get("kind") == "issue" or len(src["commit"]) == 40
         assert src["where"]
         assert run["config"]
         assert run["points"]
@@ -38,7 +38,7 @@ def test_every_run_and_point_has_a_citation_and_a_configuration() -> None:
 def test_results_hold_goals_values_and_worst_cases(results: dict[str, Any]) -> None:
     for family in results["families"].values():
         assert {"goal", "value", "goal_met", "worst_case", "rows"} <= set(family)
-    coll = results["families"]["nccl_tests_all_reduce_time"]
+    coll = results["families"]["nccl_tests_time"]
     rows = coll["rows"]
     assert len(rows) == coll["n_points"]
     assert coll["n_held_out"] == sum(r["held_out"] for r in rows)
@@ -46,6 +46,10 @@ def test_results_hold_goals_values_and_worst_cases(results: dict[str, Any]) -> N
     assert coll["value"]["worst"] == pytest.approx(max(held), abs=1e-4)
     assert abs(coll["worst_case"]["error"]) == pytest.approx(max(held), abs=1e-4)
     assert coll["shipped_constants_match_fit"]  # the library ships what this fit finds
+    for fam in coll["by_family"].values():  # every family: held-out median <= worst
+        assert 0 <= fam["median"] <= fam["worst"] == abs(fam["worst_case"]["error"])
+    assert {f["worst"] for f in coll["by_family"].values()} >= {coll["value"]["worst"]}
+    assert sum(f["n_held_out"] for f in coll["by_family"].values()) == coll["n_held_out"]
     assert set(coll["runs"]) == {r["run"] for r in rows}
     assert results["families"]["deepspeed_memory_estimator"]["goal_met"]
     ddp_rows = results["families"]["pytorch_ddp_benchmark"]["rows"]
@@ -73,15 +77,30 @@ def test_the_report_writes_its_three_files(results: dict[str, Any], tmp_path: Pa
     assert "held-out" in md
     assert "Not covered" in md
     assert md.count("| p5-2x8-allreduce |") > 20
-    fig = report.figure(results["families"]["nccl_tests_all_reduce_time"]["rows"])
-    assert len(fig["data"]) == 2 * len(results["families"]["nccl_tests_all_reduce_time"]["runs"])
+    fig = report.figure(results["families"]["nccl_tests_time"]["rows"])
+    assert len(fig["data"]) == 2 * len(results["families"]["nccl_tests_time"]["runs"])
 
 
 def test_the_shipped_constants_predict_what_the_fit_predicts(results: dict[str, Any]) -> None:
-    fitted = results["families"]["nccl_tests_all_reduce_time"]["rows"]
+    fitted = results["families"]["nccl_tests_time"]["rows"]
     shipped = collectives.shipped_rows()
     assert [r["predicted_us"] for r in shipped] == pytest.approx(
         [r["predicted_us"] for r in fitted], rel=1e-6)
     summary = collectives.held_out_summary(shipped)
     assert set(summary) == {r["id"] for r in collectives.load_runs()}
     assert all(0 <= med <= worst for med, worst in summary.values())
+
+
+def test_every_data_file_is_read_and_a_forced_algorithm_is_obeyed() -> None:
+    files = collectives.data_files()
+    assert collectives.DATA in files
+    ids = [r["id"] for f in files for r in json.loads(f.read_text())["runs"]]
+    assert [r["id"] for r in collectives.load_runs()] == ids
+    assert collectives.forced("x NCCL_ALGO=Ring NCCL_PROTO=Simple y") == ("ring", "Simple")
+    assert collectives.forced("NCCL_PROTO=ll128") == ("auto", "LL128")
+    assert collectives.forced("NCCL_PROTO=LL,Simple; no override") == ("auto", "auto")
+    p = collectives.points(collectives.load_runs(collectives.DATA))[0]
+    free = collectives.predict_us(p)
+    ring = collectives.predict_us(replace(p, forced=("ring", "Simple")))
+    assert ring[1] == "ring/Simple"
+    assert ring[0] >= free[0]

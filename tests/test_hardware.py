@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from dpsim.collectives.link_constants import ACHIEVED_FRACTION
+from dpsim.collectives.nccl import DEFAULT_PARAMS
 from dpsim.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.hardware import (
     CLUSTERS,
@@ -44,7 +45,7 @@ def test_presets_have_the_documented_shapes() -> None:
 def test_link_for_gives_the_achieved_ring_link() -> None:
     big = get_cluster("h100-ib-4")
     nvlink = ACHIEVED_FRACTION["nvlink"].value * NVLINK4.bandwidth_GBps
-    ib = ACHIEVED_FRACTION["infiniband"].value * INFINIBAND_NDR.bandwidth_GBps
+    ib = DEFAULT_PARAMS.fraction(INFINIBAND_NDR) * INFINIBAND_NDR.bandwidth_GBps  # fitted
     assert big.link_for(8).bandwidth_GBps == pytest.approx(nvlink)
     assert big.link_for(8).latency_us == NVLINK4.latency_us
     # across nodes a rank's ring share is all 8 NICs of its node, capped by NVLink

@@ -1,6 +1,5 @@
 """The topology-aware collective model (dpsim.collectives.nccl), presets and GPU names."""
 
-import math
 import warnings
 from dataclasses import replace
 
@@ -33,12 +32,13 @@ from dpsim.hardware import (
 
 IB16 = get_cluster("h100-ib-16")
 NV = ACHIEVED_FRACTION["nvlink"].value * NVLINK4.bandwidth_GBps * 1e9
-IB = ACHIEVED_FRACTION["infiniband"].value * INFINIBAND_NDR.bandwidth_GBps * 1e9
+IB = DEFAULT_PARAMS.fraction(INFINIBAND_NDR) * INFINIBAND_NDR.bandwidth_GBps * 1e9
 GiB = 2**30
 
 
-def pipelined(t_bw: float, path_s: float) -> float:
-    return DEFAULT_PARAMS.launch_us * 1e-6 + (math.sqrt(t_bw) + math.sqrt(path_s)) ** 2
+def simple(latency_us: float, t_bw: float) -> float:
+    """NCCL's form: launch + NCCL's latency of the pair + bytes / rate."""
+    return (DEFAULT_PARAMS.launch_us + latency_us) * 1e-6 + t_bw
 
 
 def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
@@ -46,9 +46,11 @@ def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
     b_i, b_n, _ = rates(IB16, shape)
     assert (b_i, b_n) == (pytest.approx(NV), pytest.approx(8 * IB))
     n, s = 128, GiB
-    path = 2 * ((n - 16) * NVLINK4.latency_us + 16 * INFINIBAND_NDR.latency_us) * 1e-6
-    expected = pipelined(2 * (n - 1) / n * s / min(NV, 8 * IB), path)
-    assert algorithm_time_s("all_reduce", s, IB16, shape, "ring") == pytest.approx(expected)
+    net = 14.0 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)  # NCCL: NET Simple + flush
+    latency = 8.4 + (2 * (n - 1) - 30) * 3.4 + 30 * net  # 2(m-1) = 30 network steps
+    expected = simple(latency, 2 * (n - 1) / n * s / min(NV, 8 * IB))
+    assert algorithm_time_s("all_reduce", s, IB16, shape, "ring", protocol="Simple") == \
+        pytest.approx(expected)
     # the old model sent everything through one NIC: several times slower
     one_nic = collective_time_s("all_reduce", s, n, INFINIBAND_NDR)
     assert one_nic > 4 * algorithm_time_s("all_reduce", s, IB16, shape, "ring")
@@ -57,22 +59,25 @@ def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
 def test_tree_is_the_pipelined_hierarchy_not_log2_rings() -> None:
     shape = GroupShape(16, 8)
     s = GiB
-    b_s = NVLINK4.bandwidth_GBps * 1e9 * NVLS_FRACTIONS["NVLink 4 (H100)"].value
+    b_s = NVLINK4.bandwidth_GBps * 1e9 * DEFAULT_PARAMS.nvls(NVLINK4)
     t_bw = max(s / b_s, 2 * 15 / 16 * s / (8 * IB))  # NVLS in the node, 1/8 of S per NIC
-    path = 2 * (DEFAULT_PARAMS.nvls_hop_us["NVLink 4 (H100)"] + 4 * INFINIBAND_NDR.latency_us)
-    tree = algorithm_time_s("all_reduce", s, IB16, shape, "tree")
-    assert tree == pytest.approx(pipelined(t_bw, path * 1e-6))
+    net = 20.9 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)
+    tree = algorithm_time_s("all_reduce", s, IB16, shape, "tree", protocol="Simple")
+    assert tree == pytest.approx(simple(25.0 + 2 * 4 * net, t_bw))  # NCCL's NVLSTree
     ring = algorithm_time_s("all_reduce", s, IB16, shape, "ring")
     assert 0.5 < tree / ring < 2  # close to the ring at large sizes, unlike L x the ring
     small = [algorithm_time_s("all_reduce", 1024, IB16, shape, a) for a in ("ring", "tree")]
-    assert small[1] < small[0] / 5  # and far faster at small ones (log2 hops, not 2N)
+    assert small[1] < small[0] / 3  # and far faster at small ones (log2 hops, not 2N)
 
 
 def test_choice_takes_the_fastest_available_and_can_be_overridden() -> None:
     shape = group_shape(IB16)
     assert available("all_reduce", IB16, shape) == ("ring", "tree")
-    assert available("all_gather", IB16, shape) == ("ring",)
-    assert available("all_reduce", CLUSTERS["h100-node"], GroupShape(1, 8)) == ("ring", "nvls")
+    assert available("all_gather", IB16, shape) == ("ring",)  # NVLS across nodes: CollNet
+    node = CLUSTERS["h100-node"]
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert available(coll, node, GroupShape(1, 8)) == ("ring", "nvls")
+    assert available("broadcast", node, GroupShape(1, 8)) == ("ring",)
     for s in (1024, 2**20, GiB):
         best = choose_algorithm("all_reduce", s, IB16, shape)
         times = {a: nccl_time_s("all_reduce", s, IB16, algorithm=a) for a in ("ring", "tree")}
@@ -84,7 +89,9 @@ def test_choice_takes_the_fastest_available_and_can_be_overridden() -> None:
 def test_sub_groups_map_to_the_links_they_cross() -> None:
     # HSDP: the shard group is one node (NVLink only), the replicate group one rank a node
     shard = nccl_time_s("reduce_scatter", GiB, IB16, 8)
-    assert shard == pytest.approx(pipelined(7 / 8 * GiB / NV, 8 * NVLINK4.latency_us * 1e-6))
+    one_node = GroupShape(1, 8)
+    assert shard == min(algorithm_time_s("reduce_scatter", GiB, IB16, one_node, a)
+                        for a in ("ring", "nvls"))
     replicate = group_shape(IB16, 16, ranks_per_node=1)
     assert rates(IB16, replicate)[1] == pytest.approx(IB)  # its own rail: one NIC's share
     assert nccl_time_s("all_reduce", GiB, IB16, 16, ranks_per_node=1) > shard

@@ -138,10 +138,10 @@ def _cached(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
         closed = "ring" if algorithm in ("auto", "nvls") else algorithm
         return collective_time_s(collective, nbytes, shape.world_size,
                                  group_link(cluster, shape), closed)
-    fabric = fabric_cluster(cluster)
-    algo = "auto" if algorithm == "auto" else nccl_algorithm(collective, algorithm, fabric,
+    # the NCCL model adds the spine's hops itself (`nccl._spine_us`)
+    algo = "auto" if algorithm == "auto" else nccl_algorithm(collective, algorithm, cluster,
                                                              shape, nbytes)
-    return nccl_time_s(collective, nbytes, fabric, shape.world_size,
+    return nccl_time_s(collective, nbytes, cluster, shape.world_size,
                        ranks_per_node=shape.ranks_per_node, algorithm=algo)
 
 

@@ -1,10 +1,11 @@
 """The named constants of the collective model, each with where it comes from.
 
-Three kinds of source: a maintainer's published statement (cited), a fit to the training
-half of the published nccl-tests runs in `dpsim/fidelity/data/nccl_tests.json` (the held-out
-half is the model's error, `python -m dpsim validate`), or an assumption, said as such.
-The per-hop latencies of the links live on the link presets (`dpsim.hardware`), fitted the
-same way where the dataset has that link.
+Four kinds of source: NCCL's own tuner (src/graph/tuning.cc, file, commit and line), a
+maintainer's published statement (cited), a fit to the training half of the published
+nccl-tests runs in `dpsim/fidelity/data/nccl_tests*.json` (the held-out half is the model's
+error, `python -m dpsim validate`), or an assumption, said as such. A fitted rate of a link
+absorbs what the model leaves out (channel counts, plugins, run-to-run differences): it is
+not a measured per-NIC rate.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ class Constant(NamedTuple):
     source: str
 
 
-FIT = "fit on the training half of dpsim/fidelity/data/nccl_tests.json (python -m dpsim validate)"
+FIT = ("fit on the training half of dpsim/fidelity/data/nccl_tests*.json "
+       "(python -m dpsim validate)")
 
 # Achieved bandwidth / spec bandwidth, per link kind ("generic" links are already achieved).
 ACHIEVED_FRACTION: dict[str, Constant] = {
@@ -32,8 +34,10 @@ ACHIEVED_FRACTION: dict[str, Constant] = {
                            "point in the dataset"),
     "infiniband": Constant(0.94, "NVIDIA/nccl-tests issue #290, D. Addison (NVIDIA): 'For "
                                  "NDR @ 400Gbps you should see 46-48GB/s per NIC' (47/50)"),
-    "roce": Constant(0.64, FIT),
-    "efa": Constant(0.98, FIT),
+    "roce": Constant(0.64, "an earlier fit of this kind; used only for RoCE links not in "
+                           "LINK_FRACTION"),
+    "efa": Constant(0.98, "an earlier fit of this kind; used only for EFA links not in "
+                          "LINK_FRACTION"),
     "ethernet": Constant(0.90, "assumed; no published point in the dataset"),
     "shared_memory": Constant(1.0, "gloo on one host: the preset is already measured-like"),
 }
@@ -44,20 +48,118 @@ ACHIEVED_FRACTION: dict[str, Constant] = {
 # ~275GB/s)' on H100 (275/450 = 0.61); the value used is the fit.
 NVLS_FRACTION = Constant(0.61, "NVIDIA/nccl-tests issue #212 (H100 statement above)")
 
-# Per NVSwitch generation (by intra-node link preset name), fitted where the data has it.
-NVLS_FRACTIONS: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(0.64, FIT),
-    "NVLink 5 (B200)": Constant(0.66, FIT),
+
+
+
+
+# NCCL's three protocols, from NCCL's tuner (NVIDIA/nccl src/graph/tuning.cc). LL sends 8
+# bytes of data with 8 bytes of flags (half the bandwidth, no fence: lowest latency); LL128
+# 120 of every 128 bytes; Simple whole buffers behind a fence (full bandwidth, most latency).
+NCCL_TUNING = ("NVIDIA/nccl src/graph/tuning.cc at commit "
+               "5067397c2676d5aed50042fc39e5c8ee96eb0027")
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+# Bandwidth of a protocol / Simple's, per algorithm (NCCL's "model refinements").
+PROTOCOL_BANDWIDTH: dict[tuple[str, str], Constant] = {
+    ("ring", "LL"): Constant(0.5, f"{NCCL_TUNING}, line 327: busBw * .5"),
+    ("ring", "LL128"): Constant(0.92, f"{NCCL_TUNING}, line 329: busBw * 0.92"),
+    ("tree", "LL"): Constant(1 / 3.8, f"{NCCL_TUNING}, line 332: busBw * 1.0 / 3.8"),
+    ("tree", "LL128"): Constant(120 / 128, f"{NCCL_TUNING}, line 335: 120.0 / 128.0 "
+                                            "(more than one node)"),
 }
 
-# One pass through an NVSwitch that reduces (NVLS), microseconds, per switch generation.
-NVLS_HOP_US: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(25.86, FIT),
-    "NVLink 5 (B200)": Constant(11.29, FIT),
+# Fixed latency of an (algorithm, protocol) in microseconds (NCCL's baseLatencies; NVLS 0).
+BASE_LATENCY_US: dict[tuple[str, str], Constant] = {
+    (a, p): Constant(v, f"{NCCL_TUNING}, line {line}: baseLatencies")
+    for a, line, row in (("tree", 151, (6.8, 14.0, 8.4)), ("ring", 151, (6.6, 14.0, 8.4)),
+                         ("nvls", 153, (0.0, 0.0, 0.0)))
+    for p, v in zip(PROTOCOLS, row, strict=True)}
+
+# NCCL's per-hop latencies (hwLatencies, us) per link class x algorithm x protocol; NVLS
+# and NVLSTree run Simple only. dpsim's latency of a pair is NCCL's formula over these
+# (`protocols.nccl_latency_s`) plus the network's own latency (fitted, HOP_LATENCY_US).
+HW_LATENCY_US: dict[tuple[str, str, str], Constant] = {
+    **{(hw, a, p): Constant(v, f"{NCCL_TUNING}, line {line}: hwLatencies")
+       for hw, line, rows in (("nvlink", 159, {"tree": (0.6, 1.25, 4.0),
+                                               "ring": (0.6, 1.9, 3.4)}),
+                              ("pci", 165, {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)}),
+                              ("net", 171, {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)}))
+       for a, row in rows.items() for p, v in zip(PROTOCOLS, row, strict=True)},
+    ("nvlink", "nvls", "Simple"): Constant(25.0, f"{NCCL_TUNING}, line 161: hwLatencies NVLS"),
+    ("nvlink", "nvls_tree", "Simple"): Constant(25.0, f"{NCCL_TUNING}, line 161: NVLSTree"),
+    ("net", "nvls_tree", "Simple"): Constant(20.9, f"{NCCL_TUNING}, line 173: NVLSTree"),
 }
 
+# NCCL's tree correction: a tree all-reduce's bandwidth x this factor at sizes 64 B x 2**i
+# (i = 0..22, floor(log2(bytes / 64))), per protocol: "Trees are not perfectly sticking to
+# the model for medium sizes" (applied for i < 23 at line 641).
+TREE_CORRECTION_SOURCE = f"{NCCL_TUNING}, lines 623-627: treeCorrectionFactor"
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9, .9),
+}
+
+# Per network step of a ring across nodes, NCCL charges at least this (x3 for Simple).
+NET_OVERHEAD_US = Constant(1.0, f"{NCCL_TUNING}, lines 226-233: getNetOverhead, 1.0 on Intel "
+                                "x86 and others, 2.0 on AMD; dpsim does not model the CPU and "
+                                "assumes 1.0")
+
+# The fitted constants below are what `python -m dpsim validate` fits (its results say
+# whether they still are: shipped_constants_match_fit). Keys: link preset names.
+# Achieved / spec bandwidth of a network link whose runs the data has; other links: their
+# kind's ACHIEVED_FRACTION.
+# LL's rate across nodes, GB/s per node: NCCL caps LL at llMaxBw with more than one node
+# (tuning.cc lines 272, 327, 332: 39 GB/s busBw on two Intel nodes, 22.5 on AMD); what LL
+# reaches over each network is fitted; networks not here: no cap.
+# NVLS: algbw / per-direction NVLink spec.
+# A network's own latency (us), NCCL's graph latencyInter: added to each network step of
+# NCCL's formula (twice with Simple, NCCL's flush); networks not here use their preset's
+# `latency_us`.
 # Fixed cost of one collective call (kernel launch, NCCL proxy start), microseconds.
-LAUNCH_US = Constant(3.54, FIT)
+# fitted: begin
+LINK_FRACTION: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(0.78, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(0.6, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.54, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.9, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(0.46, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.66, FIT),
+    "RoCE 100 Gb/s": Constant(0.48, FIT),
+    "RoCE 200 Gb/s": Constant(0.6, FIT),
+    "RoCE 400 Gb/s": Constant(0.86, FIT),
+}
+LL_NETWORK_GBPS: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(0.25, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(0.63, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.25, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(1.587, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(0.25, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(64.0, FIT),
+    "RoCE 100 Gb/s": Constant(0.25, FIT),
+    "RoCE 200 Gb/s": Constant(0.25, FIT),
+    "RoCE 400 Gb/s": Constant(20.159, FIT),
+}
+NVLS_FRACTIONS: dict[str, Constant] = {
+    "NVLink 4 (H100)": Constant(0.56, FIT),
+    "NVLink 5 (B200)": Constant(0.5, FIT),
+}
+HOP_LATENCY_US: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(69.88, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(18.57, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(97.33, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(50.17, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(3.54, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(1.83, FIT),
+    "RoCE 100 Gb/s": Constant(1.83, FIT),
+    "RoCE 200 Gb/s": Constant(0.0, FIT),
+    "RoCE 400 Gb/s": Constant(8.11, FIT),
+}
+LAUNCH_US = Constant(6.87, FIT)
+# fitted: end
 
 # --- the fabric between nodes: rail-optimized or not --------------------------------------
 # Rail-optimized (NVIDIA DGX SuperPOD reference architectures): NIC i of every node is cabled

@@ -12,14 +12,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dpsim.cluster_presets import CLUSTERS
 from dpsim.collectives.link_constants import (
     ACHIEVED_FRACTION,
+    BASE_LATENCY_US,
+    HOP_LATENCY_US,
+    HW_LATENCY_US,
     LAUNCH_US,
+    LINK_FRACTION,
+    LL_NETWORK_GBPS,
+    NET_OVERHEAD_US,
     NVLS_FRACTIONS,
-    NVLS_HOP_US,
+    PROTOCOL_BANDWIDTH,
 )
-from dpsim.collectives.link_constants import FIT as FIT_SOURCE
 from dpsim.fidelity import (
     collectives,
     ddp,
@@ -28,20 +32,16 @@ from dpsim.fidelity import (
     resnet_scaling,
     zero_paper,
 )
+from dpsim.fidelity.collective_misses import MODEL_NOTE, WHY_DEFAULT, WHY_RUN
 from dpsim.fidelity.goals import RESNET_EVERY, ZERO_PAPER_EVERY, goals
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
          "ddp_worst": 0.15}
-WHY_WORST = ("The worst held-out points are p5's between 16 KiB and 512 KiB and GB200's at "
-             "1-2 MiB and under 64 B: there NCCL switches protocols (LL, LL128, Simple) and "
-             "channel counts, and the published times are not even monotone in the size (on "
-             "p5, 64 KiB takes 135 us and 128 KiB 109 us); one smooth pipeline curve cannot "
-             "follow the steps. Messages of 16 MiB and more, what gradient buckets and FSDP "
-             "units are, stay within about 20 %.")
 NOT_COVERED = [
-    "all-gather and reduce-scatter nccl-tests runs: no exact published table found",
-    "single-node A100/H100/H200 nccl-tests tables: none with an exact, citable file found; "
-    "the NVLink and NVLS fractions cite NCCL maintainers' statements instead",
+    "reduce-scatter nccl-tests runs: none transcribed yet (all-gather and all-reduce are)",
+    "NCCL's channel counts and per-channel speeds (its topology search), the ring's "
+    "plateau factor and the CPU type (llMaxBw, net overhead): not modelled; the LL cap and "
+    "fractions are fitted instead",
     "ZeRO paper: only the model-state tables (1, 2 left half); the measured model sizes "
     "(Table 2 right half) and throughput figures include activations and buffers, not "
     "compared",
@@ -56,13 +56,11 @@ NOT_COVERED = [
 def shipped_matches_fit(fitted: dict[str, Any]) -> bool:
     """Whether the constants dpsim ships are the ones this fit finds (to 1e-9)."""
     shipped = collectives.DEFAULT_PARAMS
-    by_name = {link.name: link for c in CLUSTERS.values()
-               for link in (c.intra_node, c.inter_node) if link is not None}
-    same = [abs(shipped.fractions[k] - v) < 1e-9 for k, v in fitted["fractions"].items()]
-    same += [abs(shipped.nvls_fractions[k] - v) < 1e-9
-             for k, v in fitted["nvls_fractions"].items()]
-    same += [abs(shipped.nvls_hop_us[k] - v) < 1e-9 for k, v in fitted["nvls_hop_us"].items()]
-    same += [abs(by_name[k].latency_us - v) < 1e-9 for k, v in fitted["hop_latency_us"].items()]
+    tables = {"link_fractions": shipped.link_fractions, "ll_network_GBps": shipped.ll_network_GBps,
+              "nvls_fractions": shipped.nvls_fractions,
+              "hop_latency_us": shipped.hop_us}
+    same = [k in tables[t] and abs(tables[t][k] - v) < 1e-9
+            for t in tables for k, v in fitted[t].items()]
     return all(same) and abs(shipped.launch_us - fitted["launch_us"]) < 1e-9
 
 
@@ -78,7 +76,7 @@ def run() -> dict[str, Any]:
     results: dict[str, Any] = {
         "device": "this machine's CPU (the model is evaluated, nothing is timed)",
         "families": {
-            "nccl_tests_all_reduce_time": {
+            "nccl_tests_time": {
                 "goal": f"held-out median abs. error <= {GOALS['collective_median']:.0%}, every "
                         f"held-out point <= {GOALS['collective_worst']:.0%}",
                 "value": {"median": coll["held_out_median"], "worst": coll["held_out_worst"]},
@@ -87,7 +85,10 @@ def run() -> dict[str, Any]:
                     "every_point": coll["held_out_worst"] <= GOALS["collective_worst"]},
                 "worst_case": worst_coll,
                 "fit_residual_median": coll["fit_residual_median"],
+                "fit_residual_worst": coll["fit_residual_worst"],
+                "by_family": coll["families"],
                 "fitted_on": "even positions of each run (sizes alternate); odd ones held out",
+                "model": MODEL_NOTE,
                 "fitted": coll["fitted"],
                 "shipped_constants_match_fit": shipped_matches_fit(coll["fitted"]),
                 "n_points": coll["n_points"], "n_held_out": coll["n_held_out"],
@@ -125,7 +126,7 @@ FIGURE_FROM_BYTES = 1024  # smaller messages are in the table; the figure shows 
 
 def figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Published times (markers) and the model (lines) per run, as a plotly figure dict
-    (`rows`: `results["families"]["nccl_tests_all_reduce_time"]["rows"]` or
+    (`rows`: `results["families"]["nccl_tests_time"]["rows"]` or
     `collectives.shipped_rows()`)."""
     data: list[dict[str, Any]] = []
     for run in dict.fromkeys(r["run"] for r in rows):
@@ -137,7 +138,7 @@ def figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
                      "x": x, "y": [r["published_us"] for r in mine]})
     top = max((r["nbytes"] for r in rows), default=FIGURE_FROM_BYTES * 10)
     return {"data": data, "layout": {
-        "title": {"text": "all-reduce time: published nccl-tests (markers) vs dpsim "
+        "title": {"text": "collective time: published nccl-tests (markers) vs dpsim "
                           f"(simulated, lines), from {FIGURE_FROM_BYTES} B"},
         "xaxis": {"title": {"text": "bytes"}, "type": "log",  # at most 8 decades read well
                   "range": [math.log10(FIGURE_FROM_BYTES), math.log10(top) + 0.1]},
@@ -148,9 +149,53 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
+def _source(src: dict[str, Any]) -> str:
+    if src.get("kind") == "issue":
+        return f"{src['repo']}, {src['url']}"
+    return f"{src['repo']}, `{src['path']}` at commit `{src['commit']}`"
+
+
+def _constants() -> list[str]:
+    out = ["| constant | value | source |", "|---|---|---|"]
+    tables: list[tuple[str, dict[Any, Any]]] = [
+        ("achieved fraction, kind", ACHIEVED_FRACTION), ("achieved fraction", LINK_FRACTION),
+        ("LL rate across nodes (GB/s per node)", LL_NETWORK_GBPS),
+        ("NVLS fraction", NVLS_FRACTIONS),
+        ("network latency per step (us)", HOP_LATENCY_US),
+        ("protocol bandwidth / Simple's", PROTOCOL_BANDWIDTH),
+        ("NCCL base latency (us)", BASE_LATENCY_US),
+        ("NCCL hop latency (us)", HW_LATENCY_US),
+        ("NCCL net overhead (us)", {"per step": NET_OVERHEAD_US})]
+    for label, table in tables:
+        out += [f"| {label}, {k if isinstance(k, str) else ' / '.join(k)} | {c.value:.4g} | "
+                f"{c.source} |" for k, c in table.items()]
+    return [*out, f"| launch latency (us) | {LAUNCH_US.value} | {LAUNCH_US.source} |"]
+
+
+def _families(coll: dict[str, Any]) -> list[str]:
+    out = ["| family (held out) | points | median | worst | within 30 % | worst point |",
+           "|---|---|---|---|---|---|"]
+    for fam, f in coll["by_family"].items():
+        w = f["worst_case"]
+        out.append(f"| {fam} | {f['n_held_out']} | {f['median']:.1%} | {f['worst']:.1%} | "
+                   f"{f['within_30_percent']:.0%} | `{w['run']}` at {w['nbytes']} B, "
+                   f"{_pct(w['error'])} ({w['algorithm']}) |")
+    return out
+
+
+def _worst(coll: dict[str, Any], n: int = 12) -> list[str]:
+    held = sorted((r for r in coll["rows"] if r["held_out"]), key=lambda r: -abs(r["error"]))
+    out = ["| run | bytes | published us | dpsim us | error | dpsim's pair | why |",
+           "|---|---|---|---|---|---|---|"]
+    out += [f"| {r['run']} | {r['nbytes']} | {r['published_us']} | {r['predicted_us']} | "
+            f"{_pct(r['error'])} | {r['algorithm']} | {WHY_RUN.get(r['run'], WHY_DEFAULT)} |"
+            for r in held[:n]]
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     """docs/validation.md: goals, fitted constants, every point, what is not covered."""
-    coll = results["families"]["nccl_tests_all_reduce_time"]
+    coll = results["families"]["nccl_tests_time"]
     mem = results["families"]["deepspeed_memory_estimator"]
     dd = results["families"]["pytorch_ddp_benchmark"]
     out = ["# Validation against published measurements", "",
@@ -159,7 +204,7 @@ def markdown(results: dict[str, Any]) -> str:
            "half of the points (even positions of each run); the **held-out** half is the "
            "model's error, and the fit residual is shown only as a residual.", "",
            "| family | goal | held-out median | worst | goal met |", "|---|---|---|---|---|",
-           f"| nccl-tests all-reduce time | {coll['goal']} | {coll['value']['median']:.1%} | "
+           f"| nccl-tests collective time | {coll['goal']} | {coll['value']['median']:.1%} | "
            f"{coll['value']['worst']:.1%} | median: {coll['goal_met']['median']}, every "
            f"point: {coll['goal_met']['every_point']} |",
            f"| DeepSpeed memory estimator | {mem['goal']} | {mem['value']['median']:.2%} | "
@@ -169,35 +214,22 @@ def markdown(results: dict[str, Any]) -> str:
            *_summary_rows(results),
            fsdp_scale_report.summary_row(results["families"][fsdp_scale_report.NAME]), "",
            f"Fit residual (training half, not a prediction error): median "
-           f"{coll['fit_residual_median']:.1%}.", "", "## Worst points", "",
-           f"Worst held-out point: `{coll['worst_case']['run']}` at "
-           f"{coll['worst_case']['nbytes']} bytes, {_pct(coll['worst_case']['error'])}. "
-           + WHY_WORST, "",
+           f"{coll['fit_residual_median']:.1%}, worst {coll['fit_residual_worst']:.1%}.", "",
+           "## nccl-tests by family", "", *_families(coll), "", MODEL_NOTE, "",
+           "## Worst held-out points", "", *_worst(coll), "",
            "Figure: `docs/validation_figure.json` (plotly JSON; open with "
            "`plotly.io.read_json`).", "", "## Constants", "",
-           f"Fitted: `{json.dumps(coll['fitted'])}`", "",
-           "| constant | value | source |", "|---|---|---|"]
-    for kind, c in ACHIEVED_FRACTION.items():
-        out.append(f"| achieved fraction, {kind} | {c.value} | {c.source} |")
-    for name, c in NVLS_FRACTIONS.items():
-        out.append(f"| NVLS fraction, {name} | {c.value} | {c.source} |")
-    for name, c in NVLS_HOP_US.items():
-        out.append(f"| NVLS pass (us), {name} | {c.value} | {c.source} |")
-    for name, value in coll["fitted"]["hop_latency_us"].items():
-        out.append(f"| hop latency (us), {name} | {value} | {FIT_SOURCE} |")
-    out += [f"| launch latency (us) | {LAUNCH_US.value} | {LAUNCH_US.source} |", "",
-            "## Sources", ""]
+           f"Fitted: `{json.dumps(coll['fitted'])}`", "", *_constants(), "", "## Sources", ""]
     for run, info in coll["runs"].items():
-        src = info["source"]
-        out.append(f"- `{run}`: {src['repo']}, `{src['path']}` at commit `{src['commit']}`, "
-                   f"{src['where']}. Configuration: {info['config']}.")
+        out.append(f"- `{run}`: {_source(info['source'])}, {info['source']['where']}. "
+                   f"Configuration: {info['config']}.")
     s = mem["source"]
     out += [f"- DeepSpeed memory estimator: {s['repo']}, `{s['path']}` at commit "
             f"`{s['commit']}`."]
     s = dd["source"]
     out += [f"- PyTorch DDP benchmark: {s['repo']}, `{s['path']}` at commit `{s['commit']}`, "
             f"{s['where']}. Configuration: {dd['config']}.", "", "## Every point", "",
-            "| run | bytes | published us | dpsim us | error | algorithm | held out |",
+            "| run | bytes | published us | dpsim us | error | algorithm/protocol | held out |",
             "|---|---|---|---|---|---|---|"]
     out += [f"| {r['run']} | {r['nbytes']} | {r['published_us']} | {r['predicted_us']} | "
             f"{_pct(r['error'])} | {r['algorithm']} | {r['held_out']} |" for r in coll["rows"]]
@@ -246,7 +278,7 @@ def _sections(results: dict[str, Any]) -> list[str]:
 def main(root: str = ".", write: bool = True) -> int:
     """Print every point and the summary; write the three files under `root`."""
     results = run()
-    coll = results["families"]["nccl_tests_all_reduce_time"]
+    coll = results["families"]["nccl_tests_time"]
     for r in coll["rows"]:
         print(f"{r['run']:28s} {r['nbytes']:>12d} B  published {r['published_us']:>10.1f} us"
               f"  dpsim {r['predicted_us']:>10.1f} us  {_pct(r['error'])}"
