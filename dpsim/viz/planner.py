@@ -122,6 +122,9 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
                      "name": f"{label} exposed", "mode": "lines+markers", "showlegend": False,
                      "line": {"color": color, "dash": "dot"}, **_axes(2)})
     top = max(c.n_devices for cv in curves.values() for c in cv)
+    # the exposed share's axis zooms to its data (at least 0-10 %), so a few % stay visible
+    share_top = min(1.05, max(0.1, 1.15 * max(c.exposed_comm_s / c.step_s
+                                              for cv in curves.values() for c in cv)))
     layout = _layout(f"{mode.capitalize()} scaling from 1 to {top} devices (simulated)",
                      [(0.0, 0.45), (0.55, 1.0)],
                      ["scaling efficiency", "exposed communication / step"], 440)
@@ -132,7 +135,8 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
             marks.append((float(cr.simulated_devices), "dot", "simulated"))
         for ax in (1, 2):
             for x, dash, what in marks:
-                data.append({"type": "scatter", "x": [x, x], "y": [0, 1.05], "mode": "lines",
+                y_top = 1.05 if ax == 1 else share_top
+                data.append({"type": "scatter", "x": [x, x], "y": [0, y_top], "mode": "lines",
                              "showlegend": False, "line": {"color": color, "dash": dash,
                                                            "width": 1},
                              "name": f"{cr.label} crossover ({what})", **_axes(ax)})
@@ -143,8 +147,8 @@ def scaling_figure(curves: Mapping[str, Sequence[PlanResult]], mode: str = "stro
                     f" simulated {cr.simulated_devices} (dotted)"})
     for name in ("xaxis", "xaxis2"):
         layout[name].update({"type": "log", "title": {"text": "devices"}, **DEVICE_TICKS})
-    for name in ("yaxis", "yaxis2"):
-        layout[name]["range"] = [0, 1.05]
+    layout["yaxis"]["range"] = [0, 1.05]
+    layout["yaxis2"]["range"] = [0, share_top]
     return go.Figure(data=data, layout=layout)
 
 
