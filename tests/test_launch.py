@@ -352,13 +352,22 @@ def test_unpicklable_result_is_a_clear_rank_failure() -> None:
 def test_keyboard_interrupt_in_parent_stops_all_ranks() -> None:
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("SIGINT reaches only the main thread")
-    timer = threading.Timer(2.5, os.kill, args=(os.getpid(), signal.SIGINT))
-    timer.start()
+    # Ctrl-C once the ranks run; again every 2 s while launch() has not returned (one run
+    # under two pytest-xdist workers saw the first SIGINT never raise in the main thread)
+    done = threading.Event()
+
+    def interrupt() -> None:
+        while not done.wait(2.5):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt, daemon=True)
+    sender.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             launch(lambda r, w: _sleep_forever(), 2, timeout_s=60)
     finally:
-        timer.cancel()
+        done.set()
+        sender.join()
     _assert_no_ranks_left(last_pids())
 
 
