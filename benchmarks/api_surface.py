@@ -50,7 +50,7 @@ SIMULATOR_MODULES = (
     "dpsim.fidelity.fsdp_scale", "dpsim.fidelity.fsdp_scale_report",
     "dpsim.collectives.group_cost",
     "dpsim.compute_contention",
-    "dpsim.collectives.protocols",
+    "dpsim.collectives.protocols", "dpsim.collectives.params",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -79,12 +79,17 @@ SKIPPED: dict[str, str] = {
     "dpsim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
     "dpsim.collectives.nccl.ModelParams": "the model's constants, built by the fitter; "
                                           "every field is a number the fit sets",
+    "dpsim.collectives.params.ModelParams": "the model's constants, built by the fitter; "
+                                            "every field is a number the fit sets",
+    "dpsim.collectives.nccl.bottleneck": "which link of a checked cluster and group pays the "
+                                         "fill term; fuzzed through nccl_time_s",
     "dpsim.gpu_specs.GpuSpec": "datasheet rows, read by hardware at import",
     **{f"dpsim.fidelity.{name}": "the validation harness over the shipped dataset; run by "
                                  "python -m dpsim validate and tests/test_fidelity.py"
        for name in ("collectives.Point", "collectives.load_runs", "collectives.points",
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
-                    "collectives.link_names", "collectives.fit", "collectives.data_files",
+                    "collectives.link_names", "collectives.fill_links", "collectives.fit",
+                    "collectives.data_files",
                     "collectives.forced", "collectives.run_predictions",
                     "collectives.fitted_constants", "collectives.family",
                     "collectives.family_summary",

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from dpsim.collectives.cost import collective_time_s
-from dpsim.collectives.link_constants import ACHIEVED_FRACTION, NVLS_FRACTIONS
+from dpsim.collectives.link_constants import ACHIEVED_FRACTION, FILL_BYTES, FILL_US, NVLS_FRACTIONS
 from dpsim.collectives.nccl import (
     DEFAULT_PARAMS,
     GroupShape,
@@ -36,9 +36,15 @@ IB = DEFAULT_PARAMS.fraction(INFINIBAND_NDR) * INFINIBAND_NDR.bandwidth_GBps * 1
 GiB = 2**30
 
 
-def simple(latency_us: float, t_bw: float) -> float:
-    """NCCL's form: launch + NCCL's latency of the pair + bytes / rate."""
-    return (DEFAULT_PARAMS.launch_us + latency_us) * 1e-6 + t_bw
+def simple(latency_us: float, t_bw: float, fill_s: float = 0.0) -> float:
+    """NCCL's form: launch + NCCL's latency of the pair + bytes / rate (+ the fill term)."""
+    return (DEFAULT_PARAMS.launch_us + latency_us) * 1e-6 + t_bw + fill_s
+
+
+def fill(link_name: str, s: float) -> float:
+    """The fill term by its formula, read from the shipped tables, seconds."""
+    k, s0 = FILL_US[link_name].value, FILL_BYTES[link_name].value
+    return k * 1e-6 * s / (s + s0)
 
 
 def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
@@ -48,7 +54,8 @@ def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
     n, s = 128, GiB
     net = 14.0 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)  # NCCL: NET Simple + flush
     latency = 8.4 + (2 * (n - 1) - 30) * 3.4 + 30 * net  # 2(m-1) = 30 network steps
-    expected = simple(latency, 2 * (n - 1) / n * s / min(NV, 8 * IB))
+    expected = simple(latency, 2 * (n - 1) / n * s / min(NV, 8 * IB),
+                      fill(INFINIBAND_NDR.name, s))
     assert algorithm_time_s("all_reduce", s, IB16, shape, "ring", protocol="Simple") == \
         pytest.approx(expected)
     # the old model sent everything through one NIC: several times slower
@@ -63,7 +70,8 @@ def test_tree_is_the_pipelined_hierarchy_not_log2_rings() -> None:
     t_bw = max(s / b_s, 2 * 15 / 16 * s / (8 * IB))  # NVLS in the node, 1/8 of S per NIC
     net = 20.9 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)
     tree = algorithm_time_s("all_reduce", s, IB16, shape, "tree", protocol="Simple")
-    assert tree == pytest.approx(simple(25.0 + 2 * 4 * net, t_bw))  # NCCL's NVLSTree
+    assert tree == pytest.approx(simple(25.0 + 2 * 4 * net, t_bw,  # NCCL's NVLSTree
+                                        fill(INFINIBAND_NDR.name, s)))
     ring = algorithm_time_s("all_reduce", s, IB16, shape, "ring")
     assert 0.5 < tree / ring < 2  # close to the ring at large sizes, unlike L x the ring
     small = [algorithm_time_s("all_reduce", 1024, IB16, shape, a) for a in ("ring", "tree")]
@@ -140,3 +148,26 @@ def test_cluster_presets_describe_their_nodes() -> None:
     assert grown.link_for(32).bandwidth_GBps < grown.link_for(8).bandwidth_GBps
     with pytest.raises(ValueError, match="nics_per_node=-1"):
         Cluster("x", H100_80GB, 8, 1, NVLINK4, nics_per_node=-1)
+
+
+def test_fill_term_grows_with_size_and_saturates_and_is_the_same_for_every_pair() -> None:
+    """The fill term (dpsim.collectives.params): K x S / (S + S0) on the group's bottleneck
+    link: the network across nodes, the node's fabric on one node; 0 at 0 bytes, K/2 at S0,
+    under K always; every (algorithm, protocol) pair pays the same, so NCCL's choice of the
+    pair is unchanged by it."""
+    name = INFINIBAND_NDR.name
+    k, s0 = FILL_US[name].value, FILL_BYTES[name].value
+    assert DEFAULT_PARAMS.fill_s(INFINIBAND_NDR, 0) == 0.0
+    assert DEFAULT_PARAMS.fill_s(INFINIBAND_NDR, s0) == pytest.approx(k * 1e-6 / 2)
+    assert DEFAULT_PARAMS.fill_s(INFINIBAND_NDR, 2**40) < k * 1e-6
+    shape = GroupShape(16, 8)
+    no_fill = replace(DEFAULT_PARAMS, fill_us={})
+    for algo, proto in (("ring", "Simple"), ("tree", "LL128"), ("ring", "LL")):
+        with_it = algorithm_time_s("all_reduce", int(s0), IB16, shape, algo, protocol=proto)
+        without = algorithm_time_s("all_reduce", int(s0), IB16, shape, algo, no_fill,
+                                   protocol=proto)
+        assert with_it - without == pytest.approx(k * 1e-6 / 2)
+    one_node = GroupShape(1, 8)  # on one node the NVSwitch's own fill, not the network's
+    nv = algorithm_time_s("all_reduce", GiB, IB16, one_node, "ring", protocol="Simple")
+    nv0 = algorithm_time_s("all_reduce", GiB, IB16, one_node, "ring", no_fill, protocol="Simple")
+    assert nv - nv0 == pytest.approx(fill(NVLINK4.name, GiB))

@@ -120,45 +120,75 @@ NET_OVERHEAD_US = Constant(1.0, f"{NCCL_TUNING}, lines 226-233: getNetOverhead, 
 # NCCL's formula (twice with Simple, NCCL's flush); networks not here use their preset's
 # `latency_us`.
 # Fixed cost of one collective call (kernel launch, NCCL proxy start), microseconds.
+# The fill term of each bottleneck link (`params`: FILL_US x S / (S + FILL_BYTES)), us and
+# bytes; links not here: none.
 # fitted: begin
 LINK_FRACTION: dict[str, Constant] = {
-    "EFA 100 Gb/s (p4d/p4de)": Constant(0.78, FIT),
+    "EFA 100 Gb/s (p4d/p4de)": Constant(0.84, FIT),
     "EFA v2 100 Gb/s (p5)": Constant(0.6, FIT),
-    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.54, FIT),
-    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.9, FIT),
-    "InfiniBand HDR 200 Gb/s": Constant(0.46, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(0.66, FIT),
-    "RoCE 100 Gb/s": Constant(0.48, FIT),
-    "RoCE 200 Gb/s": Constant(0.6, FIT),
-    "RoCE 400 Gb/s": Constant(0.86, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.94, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.94, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(0.64, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.7, FIT),
+    "RoCE 100 Gb/s": Constant(0.5, FIT),
+    "RoCE 200 Gb/s": Constant(0.64, FIT),
+    "RoCE 400 Gb/s": Constant(0.82, FIT),
 }
 LL_NETWORK_GBPS: dict[str, Constant] = {
-    "EFA 100 Gb/s (p4d/p4de)": Constant(0.25, FIT),
-    "EFA v2 100 Gb/s (p5)": Constant(0.63, FIT),
+    "EFA 100 Gb/s (p4d/p4de)": Constant(2.0, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(1.587, FIT),
     "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.25, FIT),
-    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(1.587, FIT),
-    "InfiniBand HDR 200 Gb/s": Constant(0.25, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(64.0, FIT),
-    "RoCE 100 Gb/s": Constant(0.25, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(5.04, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(0.397, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(40.317, FIT),
+    "RoCE 100 Gb/s": Constant(4.0, FIT),
     "RoCE 200 Gb/s": Constant(0.25, FIT),
-    "RoCE 400 Gb/s": Constant(20.159, FIT),
+    "RoCE 400 Gb/s": Constant(50.797, FIT),
 }
 NVLS_FRACTIONS: dict[str, Constant] = {
     "NVLink 4 (H100)": Constant(0.56, FIT),
-    "NVLink 5 (B200)": Constant(0.5, FIT),
+    "NVLink 5 (B200)": Constant(0.36, FIT),
 }
 HOP_LATENCY_US: dict[str, Constant] = {
     "EFA 100 Gb/s (p4d/p4de)": Constant(69.88, FIT),
-    "EFA v2 100 Gb/s (p5)": Constant(18.57, FIT),
-    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(97.33, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(21.91, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(160.0, FIT),
     "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(50.17, FIT),
-    "InfiniBand HDR 200 Gb/s": Constant(3.54, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(1.83, FIT),
-    "RoCE 100 Gb/s": Constant(1.83, FIT),
-    "RoCE 200 Gb/s": Constant(0.0, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(4.93, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(1.31, FIT),
+    "RoCE 100 Gb/s": Constant(4.93, FIT),
+    "RoCE 200 Gb/s": Constant(36.02, FIT),
     "RoCE 400 Gb/s": Constant(8.11, FIT),
 }
-LAUNCH_US = Constant(6.87, FIT)
+LAUNCH_US = Constant(3.54, FIT)
+FILL_US: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(512.0, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(161.27, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(512.0, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(25.4, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(64.0, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(161.27, FIT),
+    "NVLink 3 (A100)": Constant(406.37, FIT),
+    "NVLink 4 (H100)": Constant(50.8, FIT),
+    "NVLink 5 (B200)": Constant(12.7, FIT),
+    "RoCE 100 Gb/s": Constant(80.63, FIT),
+    "RoCE 200 Gb/s": Constant(4.0, FIT),
+    "RoCE 400 Gb/s": Constant(16.0, FIT),
+}
+FILL_BYTES: dict[str, Constant] = {
+    "EFA 100 Gb/s (p4d/p4de)": Constant(4194304.0, FIT),
+    "EFA v2 100 Gb/s (p5)": Constant(8388608.0, FIT),
+    "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(65536.0, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(131072.0, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(131072.0, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(16777216.0, FIT),
+    "NVLink 3 (A100)": Constant(268435456.0, FIT),
+    "NVLink 4 (H100)": Constant(16777216.0, FIT),
+    "NVLink 5 (B200)": Constant(65536.0, FIT),
+    "RoCE 100 Gb/s": Constant(134217728.0, FIT),
+    "RoCE 200 Gb/s": Constant(134217728.0, FIT),
+    "RoCE 400 Gb/s": Constant(2097152.0, FIT),
+}
 # fitted: end
 
 # --- the fabric between nodes: rail-optimized or not --------------------------------------

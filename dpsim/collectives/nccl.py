@@ -49,20 +49,11 @@ with `algorithm` and `protocol`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from dpsim.collectives.limits import MAX_NBYTES
-from dpsim.collectives.link_constants import (
-    ACHIEVED_FRACTION,
-    HOP_LATENCY_US,
-    LAUNCH_US,
-    LINK_FRACTION,
-    LL_NETWORK_GBPS,
-    NVLS_FRACTION,
-    NVLS_FRACTIONS,
-    SPINE_EXTRA_SWITCH_HOPS,
-    SWITCH_HOP_US,
-)
+from dpsim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP_US
+from dpsim.collectives.params import DEFAULT_PARAMS, ModelParams
 from dpsim.collectives.protocols import (
     PROTOCOL_CHOICES,
     bandwidth_factor,
@@ -78,48 +69,6 @@ NCCL_ALGORITHMS = ("ring", "tree", "nvls")
 ALGORITHM_CHOICES = ("auto", *NCCL_ALGORITHMS)
 
 
-@dataclass(frozen=True)
-class ModelParams:
-    """The model's free constants (defaults: `link_constants`); the fitter varies them."""
-
-    fractions: dict[str, float] = field(
-        default_factory=lambda: {k: c.value for k, c in ACHIEVED_FRACTION.items()})
-    nvls_fraction: float = NVLS_FRACTION.value  # any NVSwitch not in `nvls_fractions`
-    launch_us: float = LAUNCH_US.value
-    nvls_fractions: dict[str, float] = field(
-        default_factory=lambda: {k: c.value for k, c in NVLS_FRACTIONS.items()})
-
-
-    link_fractions: dict[str, float] = field(
-        default_factory=lambda: {k: c.value for k, c in LINK_FRACTION.items()})
-    ll_network_GBps: dict[str, float] = field(
-        default_factory=lambda: {k: c.value for k, c in LL_NETWORK_GBPS.items()})
-
-    def fraction(self, link: Link) -> float:
-        """Achieved / spec bandwidth of `link`: its own fitted value, else its kind's."""
-        return self.link_fractions.get(link.name, self.fractions[link.kind])
-
-    def ll_cap(self, link: Link | None) -> float:
-        """Bytes/s a node's LL traffic reaches over the network `link` (inf: no cap)."""
-        if link is None:
-            return math.inf
-        return self.ll_network_GBps.get(link.name, math.inf) * 1e9
-
-    hop_us: dict[str, float] = field(
-        default_factory=lambda: {k: c.value for k, c in HOP_LATENCY_US.items()})
-
-    def net_us(self, link: Link | None) -> float:
-        """The network's own latency per step, us (the fitted table by link name, else the
-        preset's `latency_us`; 0 without a network)."""
-        return 0.0 if link is None else self.hop_us.get(link.name, link.latency_us)
-
-    def nvls(self, link: Link) -> float:
-        """The NVLS fraction of the NVSwitch behind `link` (by its name)."""
-        return self.nvls_fractions.get(link.name, self.nvls_fraction)
-
-
-
-DEFAULT_PARAMS = ModelParams()
 
 
 @dataclass(frozen=True)
@@ -241,7 +190,16 @@ def _pair_time_s(collective: str, s: float, cluster: Cluster, shape: GroupShape,
     latency, per_byte = _terms(collective, cluster, shape, algorithm, protocol, params)
     nvls_node = cluster.nvls and shape.ranks_per_node > 1
     return latency + s * per_byte / tree_correction(collective, algorithm, protocol, int(s),
-                                                    nvls_node)
+                                                    nvls_node) \
+        + params.fill_s(bottleneck(cluster, shape), s)
+
+
+def bottleneck(cluster: Cluster, shape: GroupShape) -> Link:
+    """The link whose fill term a group's collectives pay: the network across nodes, else
+    the node's own fabric."""
+    if shape.n_nodes > 1 and cluster.inter_node is not None:
+        return cluster.inter_node
+    return cluster.intra_node
 
 
 def pairs(collective: str, cluster: Cluster, shape: GroupShape,

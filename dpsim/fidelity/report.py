@@ -15,6 +15,8 @@ from typing import Any
 from dpsim.collectives.link_constants import (
     ACHIEVED_FRACTION,
     BASE_LATENCY_US,
+    FILL_BYTES,
+    FILL_US,
     HOP_LATENCY_US,
     HW_LATENCY_US,
     LAUNCH_US,
@@ -57,11 +59,12 @@ def shipped_matches_fit(fitted: dict[str, Any]) -> bool:
     """Whether the constants dpsim ships are the ones this fit finds (to 1e-9)."""
     shipped = collectives.DEFAULT_PARAMS
     tables = {"link_fractions": shipped.link_fractions, "ll_network_GBps": shipped.ll_network_GBps,
-              "nvls_fractions": shipped.nvls_fractions,
-              "hop_latency_us": shipped.hop_us}
+              "nvls_fractions": shipped.nvls_fractions, "hop_latency_us": shipped.hop_us,
+              "fill_us": shipped.fill_us, "fill_bytes": shipped.fill_bytes}
     same = [k in tables[t] and abs(tables[t][k] - v) < 1e-9
             for t in tables for k, v in fitted[t].items()]
-    return all(same) and abs(shipped.launch_us - fitted["launch_us"]) < 1e-9
+    fills = set(shipped.fill_us) == set(fitted["fill_us"])  # no fill the fit has dropped
+    return all(same) and fills and abs(shipped.launch_us - fitted["launch_us"]) < 1e-9
 
 
 def run() -> dict[str, Any]:
@@ -162,6 +165,7 @@ def _constants() -> list[str]:
         ("LL rate across nodes (GB/s per node)", LL_NETWORK_GBPS),
         ("NVLS fraction", NVLS_FRACTIONS),
         ("network latency per step (us)", HOP_LATENCY_US),
+        ("fill term, its limit (us)", FILL_US), ("fill term, half-way size (bytes)", FILL_BYTES),
         ("protocol bandwidth / Simple's", PROTOCOL_BANDWIDTH),
         ("NCCL base latency (us)", BASE_LATENCY_US),
         ("NCCL hop latency (us)", HW_LATENCY_US),
