@@ -54,7 +54,11 @@ MODEL_NOTE = ("The model: each (algorithm, protocol) pair NCCL may run costs NCC
               "formula (its base and per-hop latencies, src/graph/tuning.cc) plus a fitted "
               "latency per network step, plus bytes / bandwidth with NCCL's protocol factors "
               "(LL 1/2, LL128 0.92) and, for a tree, NCCL's per-size correction; link rates "
-              "are fitted. dpsim picks the pair with the smallest time (NCCL's rule, applied "
+              "are fitted. A fitted fill term per bottleneck link, K x S / (S + S0), adds the "
+              "medium sizes' shortfall (NCCL's chunking and per-message transport work, which "
+              "neither NCCL's tuner nor dpsim models directly): it grows with S and levels "
+              "off at K. The fit minimises the mean |error| of the training half. dpsim "
+              "picks the pair with the smallest time (NCCL's rule, applied "
               "to dpsim's estimate). A run whose configuration sets NCCL_ALGO or NCCL_PROTO "
               "is modelled with that only. Runs of one machine type that disagree with each "
               "other share one fitted rate, so both miss.")

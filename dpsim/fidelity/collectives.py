@@ -203,8 +203,7 @@ def _start(pts: list[Point]) -> tuple[ModelParams, list[str], list[str]]:
 
 def fill_links(pts: list[Point]) -> list[str]:
     """The bottleneck links (by name) whose fill term is fitted: those the runs end on."""
-    return sorted({bottleneck(c, GroupShape(p.n_nodes, p.ranks_per_node)).name
-                   for p in pts for c in [CLUSTERS[p.cluster]]})
+    return sorted({_link_of(p) for p in pts})
 
 
 def fit(pts: list[Point], rounds: int = 4) -> ModelParams:
@@ -228,12 +227,31 @@ def fit(pts: list[Point], rounds: int = 4) -> ModelParams:
                      key=lambda q: _score(errors(pts, q, memo)))
         for name in sorted(params.hop_us):
             params = best("hop_us", name, LATENCY_GRID_US)
-        for name in sorted(params.fill_us):  # both at once: they trade against each other
-            params = min((replace(params, fill_us={**params.fill_us, name: k},
-                                  fill_bytes={**params.fill_bytes, name: b})
-                          for k in FILL_GRID_US for b in FILL_GRID_BYTES),
-                         key=lambda q: _score(errors(pts, q, memo)))
+        for name in sorted(params.fill_us):
+            params = _best_fill(pts, params, name, memo)
     return params
+
+
+def _best_fill(pts: list[Point], params: ModelParams, name: str,
+               memo: dict[tuple[Any, ...], np.ndarray]) -> ModelParams:
+    """`params` with the fill term of link `name` set to its best grid pair (K, S0), both
+    at once (they trade against each other). Only the points on that link change, so the
+    mean |error| over them decides, as over all points; the first best pair wins."""
+    mine = [i for i, p in enumerate(pts) if _link_of(p) == name]
+    base = replace(params, fill_us={**params.fill_us, name: 0.0})
+    pub = np.array([pts[i].time_us for i in mine])
+    t0 = pub * (1 + errors(pts, base, memo)[mine])
+    s = np.array([float(pts[i].nbytes) for i in mine])
+    k = np.array(FILL_GRID_US)[:, None, None]
+    b = np.array(FILL_GRID_BYTES)[None, :, None]
+    score = np.abs((t0 + k * s / (s + b)) / pub - 1).mean(axis=2)
+    i, j = np.unravel_index(int(score.argmin()), score.shape)
+    return replace(params, fill_us={**params.fill_us, name: FILL_GRID_US[i]},
+                   fill_bytes={**params.fill_bytes, name: FILL_GRID_BYTES[j]})
+
+
+def _link_of(p: Point) -> str:
+    return bottleneck(CLUSTERS[p.cluster], GroupShape(p.n_nodes, p.ranks_per_node)).name
 
 
 def fitted_constants(params: ModelParams, pts: list[Point]) -> dict[str, Any]:
