@@ -86,6 +86,7 @@ SKIPPED: dict[str, str] = {
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
                     "collectives.link_names", "collectives.fit", "collectives.data_files",
                     "collectives.forced", "collectives.run_predictions",
+                    "collectives.dpsim_nbytes",
                     "collectives.fitted_constants", "collectives.family",
                     "collectives.family_summary",
                     "collectives.evaluate", "collectives.shipped_rows",
