@@ -125,11 +125,11 @@ LINK_FRACTION: dict[str, Constant] = {
     "EFA 100 Gb/s (p4d/p4de)": Constant(0.78, FIT),
     "EFA v2 100 Gb/s (p5)": Constant(0.6, FIT),
     "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.54, FIT),
-    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.9, FIT),
+    "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(0.88, FIT),
     "InfiniBand HDR 200 Gb/s": Constant(0.46, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(0.66, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(0.62, FIT),
     "RoCE 100 Gb/s": Constant(0.48, FIT),
-    "RoCE 200 Gb/s": Constant(0.6, FIT),
+    "RoCE 200 Gb/s": Constant(0.58, FIT),
     "RoCE 400 Gb/s": Constant(0.86, FIT),
 }
 LL_NETWORK_GBPS: dict[str, Constant] = {
@@ -138,13 +138,13 @@ LL_NETWORK_GBPS: dict[str, Constant] = {
     "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(0.25, FIT),
     "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(1.587, FIT),
     "InfiniBand HDR 200 Gb/s": Constant(0.25, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(64.0, FIT),
-    "RoCE 100 Gb/s": Constant(0.25, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(40.317, FIT),
+    "RoCE 100 Gb/s": Constant(0.794, FIT),
     "RoCE 200 Gb/s": Constant(0.25, FIT),
     "RoCE 400 Gb/s": Constant(20.159, FIT),
 }
 NVLS_FRACTIONS: dict[str, Constant] = {
-    "NVLink 4 (H100)": Constant(0.56, FIT),
+    "NVLink 4 (H100)": Constant(0.54, FIT),
     "NVLink 5 (B200)": Constant(0.5, FIT),
 }
 HOP_LATENCY_US: dict[str, Constant] = {
@@ -152,13 +152,13 @@ HOP_LATENCY_US: dict[str, Constant] = {
     "EFA v2 100 Gb/s (p5)": Constant(18.57, FIT),
     "GPUDirect-TCPX 200 Gb/s (GCP A3 High)": Constant(97.33, FIT),
     "GPUDirect-TCPXO 200 Gb/s (GCP A3 Mega)": Constant(50.17, FIT),
-    "InfiniBand HDR 200 Gb/s": Constant(3.54, FIT),
-    "InfiniBand NDR 400 Gb/s": Constant(1.83, FIT),
-    "RoCE 100 Gb/s": Constant(1.83, FIT),
+    "InfiniBand HDR 200 Gb/s": Constant(3.0, FIT),
+    "InfiniBand NDR 400 Gb/s": Constant(2.15, FIT),
+    "RoCE 100 Gb/s": Constant(3.0, FIT),
     "RoCE 200 Gb/s": Constant(0.0, FIT),
     "RoCE 400 Gb/s": Constant(8.11, FIT),
 }
-LAUNCH_US = Constant(6.87, FIT)
+LAUNCH_US = Constant(5.82, FIT)
 # fitted: end
 
 # --- the fabric between nodes: rail-optimized or not --------------------------------------
