@@ -91,6 +91,7 @@ SKIPPED: dict[str, str] = {
                     "collectives.link_names", "collectives.fill_links", "collectives.fit",
                     "collectives.data_files",
                     "collectives.forced", "collectives.run_predictions",
+                    "collectives.dpsim_nbytes",
                     "collectives.fitted_constants", "collectives.family",
                     "collectives.family_summary",
                     "collectives.evaluate", "collectives.shipped_rows",

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from dpsim.cluster_presets import CLUSTERS
+from dpsim.collectives.nccl import GroupShape, nccl_time_s, rates
+from dpsim.fidelity.collectives import dpsim_nbytes
 
 DATA = Path(__file__).resolve().parents[1] / "dpsim" / "fidelity" / "data"
 FILES = sorted(DATA.glob("nccl_tests*.json"))
@@ -64,7 +66,7 @@ def _row_problems(run: dict[str, Any]) -> list[str]:
 def test_there_are_runs_of_every_collective_kind_the_model_is_checked_on() -> None:
     assert len(FILES) >= 2
     kinds = {r["collective"] for r in _runs()}
-    assert {"all_reduce", "all_gather"} <= kinds
+    assert {"all_reduce", "all_gather", "reduce_scatter"} <= kinds
 
 
 @pytest.mark.parametrize("run", _runs(), ids=lambda r: r["id"])
@@ -92,3 +94,24 @@ def test_the_consistency_check_catches_a_mistyped_digit() -> None:
     assert len(_row_problems(run)) == 2
     run["points"][-1], run["points"][-2] = run["points"][-2], run["points"][-1]
     assert any("must grow" in s for s in _row_problems(run))
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "all_reduce"])
+def test_the_size_column_is_dpsims_nbytes(collective: str) -> None:
+    """nccl-tests' size column is the whole tensor (reduce-scatter: its input, N x recvcount)
+    and busbw = size / time x its factor; dpsim's nbytes is the same full tensor. So dpsim's
+    ring time on a row's bytes, put through nccl-tests' busbw formula, gives back the
+    per-rank NVLink rate the model assumes; a per-rank size would be N = 8 times off."""
+    cluster, n = CLUSTERS["dgx-h100"], 8
+    size = dpsim_nbytes(collective, 2**33)
+    t = nccl_time_s(collective, size, cluster, n, algorithm="ring", protocol="Simple")
+    busbw = size / t * BUS_FACTOR[collective](n)
+    assert busbw == pytest.approx(rates(cluster, GroupShape(1, n))[0], rel=0.01)
+
+
+@pytest.mark.parametrize("bad", [("broadcast", 8), ("reduce_scatter", -1),
+                                 ("reduce_scatter", 2.5), ("all_gather", True)])
+def test_the_byte_conversion_rejects_what_it_does_not_know(bad: tuple[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"collective|size_column"):
+        dpsim_nbytes(*bad)
+

@@ -11,7 +11,7 @@ WHY_RUN: dict[str, str] = {
     "p5-2x8-allreduce": "at 64 KiB the log takes 135 us, more than 128 KiB's 109 us: the "
                         "time falls with the size, a sign that NCCL's tuner switches pair "
                         "there (the log does not say which); dpsim's fastest pair (tree/LL128, "
-                        "93 us) cannot rise and fall; 4-64 MiB run 30-37 % slower than the "
+                        "92 us) cannot rise and fall; 4-64 MiB run 29-38 % slower than the "
                         "model, NCCL's middle-size throughput that its own tree correction "
                         "only partly covers",
     "h100-8x8-allreduce-ib": "8 MiB takes 1272 us in the log, between 204 us at 4 MiB and "
@@ -21,11 +21,11 @@ WHY_RUN: dict[str, str] = {
                             "disagree by more than 30 %, so no one model of p5 is within "
                             "30 % of both",
     "p5-1x8-allreduce": "small messages take 13 us; NCCL's own latency table (ring LL: 6.6 + "
-                        "14 x 0.6 us) plus the fitted launch gives 22 us; the run also uses "
+                        "14 x 0.6 us) plus the fitted launch gives 18.5 us; the run also uses "
                         "the aws-ofi-nccl tuner plugin, which overrides NCCL's choice",
     "h100-2x8-allreduce-xe9680": "small messages: 25 us in the log with spikes (68 us at 8 B, "
                                  "94 us at 256 B); NCCL's tree LL latency plus the fitted "
-                                 "InfiniBand step gives 39 us",
+                                 "InfiniBand step gives 35 us",
     "h100-4x8-allreduce-xe9680-vm": "virtual machines (NCCL_TOPO_FILE): 35 us small messages "
                                     "with spikes at 8 B and 256 B, and a slower middle than "
                                     "bare-metal InfiniBand runs",
@@ -36,10 +36,19 @@ WHY_RUN: dict[str, str] = {
                             "32 MiB) while the A3 Mega all-gather runs on the same network do "
                             "not; a different plugin or NCCL version than those runs (not "
                             "given)",
-    "gb200-8-allreduce": "8 GPUs on two GB200 trays in one NVLink domain: 16-64 MiB run about "
-                         "a third slower than NVLS at the fitted NVLink 5 rate reaches, which "
-                         "fits the largest sizes; NCCL's NVLS channel count at middle sizes "
-                         "is not modelled",
+    "a3high-1x8-allreduce": "forced Ring/Simple on 8 channels (NCCL_MIN/MAX_NCHANNELS=8): "
+                            "263 GB/s busbw at 1-8 GiB, where dpsim, which has no channel "
+                            "count, runs the ring at NVLink's achieved rate (0.82 x 450 = "
+                            "369 GB/s): 28 % too fast at every size",
+    "gb200-8-allreduce": "8 GPUs on two GB200 trays in one NVLink domain: small messages take "
+                         "21-28 us, against 18.5 us from NCCL's NVLink ring LL latency and "
+                         "the launch cost fitted over every single-node run (p5's 8-GPU run "
+                         "takes 13 us): the hop between trays is slower than inside one "
+                         "NVSwitch, and dpsim has one NVLink latency per generation",
+    "a3ultra-2x8-allgather-dws": "small messages take 54-60 us, twice the 28-35 us of the two "
+                                 "other A3 Ultra all-gather logs of the same machine type "
+                                 "(a3ultra-2x8-allgather-gib, -skypilot), which dpsim "
+                                 "follows: the runs disagree, not the sizes",
     "dgx-a100-2x8-allreduce-k8s": "SR-IOV virtual functions on Kubernetes: the middle sizes "
                                   "(128 KiB-4 MiB) are slower than on the bare-metal DGX A100 "
                                   "run of the same HDR fabric",

@@ -88,11 +88,30 @@ def forced(config: str) -> tuple[str, str]:
     return out[0], out[1]
 
 
+def dpsim_nbytes(collective: str, size_column: int) -> int:
+    """dpsim's `nbytes` (the full, unsharded tensor; `nccl_time_s`) of a row whose nccl-tests
+    size column is `size_column` bytes.
+
+    nccl-tests prints max(send, receive) bytes (src/common.cu, writeBenchmarkLinePreamble)
+    and algbw = size / time: the all-reduced buffer; the all-gather's whole output
+    (N x sendcount); the reduce-scatter's whole input (N x recvcount, `count` column =
+    recvcount; src/reduce_scatter.cu, ReduceScatterGetCollByteCount and GetBw). Each is the
+    full tensor, so the bytes carry over unchanged; nccl-tests before June 2020 printed a
+    reduce-scatter algbw of (N-1) x recvcount / time, which the rows' arithmetic check
+    (algbw = size / time) rejects."""
+    if collective not in ("all_reduce", "all_gather", "reduce_scatter"):
+        raise ValueError(f"collective={collective!r} has no nccl-tests byte convention here; "
+                         "allowed: all_reduce, all_gather, reduce_scatter")
+    if isinstance(size_column, bool) or not isinstance(size_column, int) or size_column < 0:
+        raise ValueError(f"size_column={size_column!r} must be a byte count >= 0")
+    return size_column
+
+
 def points(runs: list[dict[str, Any]]) -> list[Point]:
     """Every row of every run; odd positions within a run are held out."""
     return [Point(r["id"], r["cluster"], r["n_nodes"], r["ranks_per_node"], r["collective"],
-                  p["nbytes"], p["time_us"], p["busbw_GBps"], held_out=i % 2 == 1,
-                  forced=forced(r.get("config", "")))
+                  dpsim_nbytes(r["collective"], p["nbytes"]), p["time_us"], p["busbw_GBps"],
+                  held_out=i % 2 == 1, forced=forced(r.get("config", "")))
             for r in runs for i, p in enumerate(r["points"])]
 
 

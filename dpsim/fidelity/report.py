@@ -40,7 +40,10 @@ from dpsim.fidelity.goals import RESNET_EVERY, ZERO_PAPER_EVERY, goals
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
          "ddp_worst": 0.15}
 NOT_COVERED = [
-    "reduce-scatter nccl-tests runs: none transcribed yet (all-gather and all-reduce are)",
+    "reduce-scatter nccl-tests runs: one node only (one 8x H100 ring run, 128 MiB-8 GiB); "
+    "none across nodes transcribed",
+    "single-node H200 and B200 nccl-tests runs: none transcribed (H200 and B200 appear only "
+    "in runs across nodes, GB200 in one 8-GPU NVLink domain)",
     "NCCL's channel counts and per-channel speeds (its topology search), the ring's "
     "plateau factor and the CPU type (llMaxBw, net overhead): not modelled; the LL cap and "
     "fractions are fitted instead",
