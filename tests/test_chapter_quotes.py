@@ -1,0 +1,61 @@
+"""Numbers the chapters quote in prose from the collective model's validation are the ones
+`python -m dpsim validate` finds and the constants dpsim ships: a refit that moves them fails
+here until the text says the new number."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpsim.collectives.params import DEFAULT_PARAMS
+from dpsim.fidelity.collectives import load_runs
+from dpsim.hardware import INFINIBAND_NDR, get_cluster
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = json.loads((ROOT / "benchmarks/results/validation.json").read_text())
+NCCL = RESULTS["families"]["nccl_tests_time"]
+
+
+def _markdown(notebook: str) -> str:
+    nb = json.loads((ROOT / "notebooks" / notebook).read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def _quoted(text: str, pattern: str) -> float:
+    found = re.search(pattern, re.sub(r"\s+", " ", text))
+    assert found, f"the text no longer says {pattern!r}"
+    return float(found.group(1))
+
+
+def _held_out() -> np.ndarray:
+    return np.array([abs(r["error"]) for r in NCCL["rows"] if r["held_out"]])
+
+
+@pytest.mark.parametrize("notebook", ["02_collectives.ipynb", "07_choosing_a_strategy.ipynb"])
+def test_held_out_median_and_share_within_30_percent_as_quoted(notebook: str) -> None:
+    text, held = _markdown(notebook), _held_out()
+    within = round(100 * float(np.mean(held <= 0.30)))
+    if notebook.startswith("02"):
+        assert _quoted(text, r"Half the held-out points are within about (\d+) %") == \
+            round(100 * float(np.median(held)))
+        assert _quoted(text, r"and (\d+) % within 30 %") == within
+    else:
+        assert _quoted(text, r"predicts to a median of (\d+\.\d) %") == \
+            round(100 * float(np.median(held)), 1)
+        assert _quoted(text, r"(\d+) % of those points are within 30 %") == within
+        assert _quoted(text, r"is (\d+) % off") == round(100 * float(held.max()))
+        assert _quoted(text, r"half of (\d+) published nccl-tests runs") == len(load_runs())
+
+
+def test_chapter_7_quotes_the_shipped_network_constants() -> None:
+    text = _markdown("07_choosing_a_strategy.ipynb")
+    assert _quoted(text, r"f_net = (\d\.\d+) fitted for the NDR") == \
+        round(DEFAULT_PARAMS.fraction(INFINIBAND_NDR), 2)
+    eth = get_cluster("h100-eth-4").inter_node
+    assert eth is not None
+    assert _quoted(text, r"next to the fitted (\d+) us of this network's hop") == \
+        round(DEFAULT_PARAMS.net_us(eth))
