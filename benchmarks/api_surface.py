@@ -51,6 +51,7 @@ SIMULATOR_MODULES = (
     "dpsim.collectives.group_cost",
     "dpsim.compute_contention",
     "dpsim.collectives.protocols", "dpsim.collectives.params",
+    "dpsim.fidelity.constants_block",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -89,7 +90,7 @@ SKIPPED: dict[str, str] = {
        for name in ("collectives.Point", "collectives.load_runs", "collectives.points",
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
                     "collectives.link_names", "collectives.fill_links", "collectives.fit",
-                    "collectives.data_files",
+                    "collectives.data_files", "constants_block.block", "constants_block.write",
                     "collectives.forced", "collectives.run_predictions",
                     "collectives.dpsim_nbytes",
                     "collectives.fitted_constants", "collectives.family",

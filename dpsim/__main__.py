@@ -41,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "every point, held-out errors; writes results and docs/validation.md")
     val.add_argument("--root", default=".", help="repository root to write the files under")
     val.add_argument("--no-write", action="store_true", help="print only")
+    val.add_argument("--write-constants", action="store_true",
+                     help="also write the collective fit's constants into "
+                          "dpsim/collectives/link_constants.py (after adding a published run)")
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
@@ -69,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "validate":
         from dpsim.fidelity.report import main as validate_main
 
-        return validate_main(args.root, write=not args.no_write)
+        return validate_main(args.root, write=not args.no_write,
+                             write_constants=args.write_constants)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -109,7 +109,8 @@ NET_OVERHEAD_US = Constant(1.0, f"{NCCL_TUNING}, lines 226-233: getNetOverhead, 
                                 "assumes 1.0")
 
 # The fitted constants below are what `python -m dpsim validate` fits (its results say
-# whether they still are: shipped_constants_match_fit). Keys: link preset names.
+# whether they still are: shipped_constants_match_fit); `python -m dpsim validate
+# --write-constants` rewrites the block. Keys: link preset names.
 # Achieved / spec bandwidth of a network link whose runs the data has; other links: their
 # kind's ACHIEVED_FRACTION.
 # LL's rate across nodes, GB/s per node: NCCL caps LL at llMaxBw with more than one node

@@ -28,6 +28,7 @@ from dpsim.collectives.link_constants import (
 )
 from dpsim.fidelity import (
     collectives,
+    constants_block,
     ddp,
     fsdp_scale_report,
     memory,
@@ -282,10 +283,15 @@ def _sections(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def main(root: str = ".", write: bool = True) -> int:
-    """Print every point and the summary; write the three files under `root`."""
+def main(root: str = ".", write: bool = True, write_constants: bool = False) -> int:
+    """Print every point and the summary; write the three files under `root`
+    (`write_constants`: also the fit's constants into link_constants.py's fitted block)."""
     results = run()
     coll = results["families"]["nccl_tests_time"]
+    if write_constants:
+        path = constants_block.write(coll["fitted"], Path(root))
+        print(f"wrote the fitted constants to {path}; run python -m dpsim validate again so "
+              "that the results and pages use them")
     for r in coll["rows"]:
         print(f"{r['run']:28s} {r['nbytes']:>12d} B  published {r['published_us']:>10.1f} us"
               f"  dpsim {r['predicted_us']:>10.1f} us  {_pct(r['error'])}"
