@@ -111,6 +111,7 @@ SKIPPED: dict[str, str] = {
                     "fsdp_scale.varies", "fsdp_scale.evaluate", "fsdp_scale_report.family",
                     "fsdp_scale.width_factor", "fsdp_scale.width_train",
                     "fsdp_scale.fit_kappa", "fsdp_width.h0", "fsdp_width.factor",
+                    "fsdp_width.elementwise_bytes", "fsdp_width.bytes_ratio",
                     "fsdp_scale_report.build",
                     "fsdp_scale_report.why", "fsdp_scale_report.summary_row",
                     "fsdp_scale_report.markdown", "fsdp_scale_report.console")},

@@ -168,3 +168,14 @@ def test_kappa_sees_only_its_training_point(data: dict[str, Any],
     assert abs(train["error"]) < 1e-3
     assert train["width_factor"] > 1
     assert evaluated["flat"]["worst"] > evaluated["worst"]  # the law is what closes the gap
+
+
+def test_the_law_s_bytes_against_a_block_s_elementwise_bytes(
+        evaluated: dict[str, Any]) -> None:
+    assert fsdp_width.elementwise_bytes(4096, 11008) == 28 * 4096 + 6 * 11008
+    # matmul time * h0 / h moves matmul_flops * kappa / (e_inf h) bytes at full bandwidth
+    ratio = fsdp_width.bytes_ratio(10.0, 0.5, 4e8, 4096, 11008)
+    assert ratio == pytest.approx(4e8 * 10 / (0.5 * 4096) / (28 * 4096 + 6 * 11008))
+    assert evaluated["width_law"]["bytes_ratio"] > 1  # more than bandwidth alone explains
+    with pytest.raises(ValueError, match="e_inf="):
+        fsdp_width.bytes_ratio(10.0, 1.5, 4e8, 4096, 11008)

@@ -179,6 +179,21 @@ def _width_error(data: dict[str, Any], series: dict[str, Any], point: dict[str, 
         point["published"]) - 1
 
 
+def _bytes_ratio(data: dict[str, Any], effs: dict[str, float], kappa: float) -> float:
+    """fsdp_width.bytes_ratio at the training point's model and its series' e_inf."""
+    sid, pid = width_train(data)
+    series = next(s for s in data["series"] if s["id"] == sid)
+    point = next(p for p in series["points"] if p["id"] == pid)
+    m = data["models"][settings(series, point)["model"]]
+    fit_h = data["models"][settings(series, fit_point(series))["model"]]["d_model"]
+    device = cluster(data["clusters"][series["cluster"]], point["n_gpus"], 1.0).device
+    e_inf = effs[sid] * (fit_h + fsdp_width.h0(kappa, device)) / fit_h
+    block = next(layer for layer in workload(data["models"], settings(series, point)["model"])
+                 .layers if layer.kind == "TransformerBlock")
+    matmul = block.flops / m["seq_len"] - 4 * m["seq_len"] * m["d_model"]  # less QK^T, AV
+    return fsdp_width.bytes_ratio(kappa, min(e_inf, 1.0), matmul, m["d_model"], m["d_ff"])
+
+
 def width_train(data: dict[str, Any]) -> tuple[str, str]:
     """(series id, point id) of the point the width law's KAPPA is fitted on."""
     train = data["width_law"]["train_on"]
@@ -262,6 +277,7 @@ def evaluate(path: Path = DATA, nic_scale: float = 1.0,
                                         == (s["id"], p["id"]) for r in rows)]
     return {"rows": rows, "fitted_efficiency": fitted,
             "width_law": {"kappa": round(kappa, 3), "train_on": f"{sid} {pid}",
+                          "bytes_ratio": round(_bytes_ratio(data, effs, kappa), 1),
                           "note": data["width_law"]["note"],
                           "h0": {k: round(fsdp_width.h0(kappa, cluster(c, 8, 1.0).device))
                                  for k, c in data["clusters"].items()}},

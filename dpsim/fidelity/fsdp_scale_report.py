@@ -114,7 +114,7 @@ def why(ev: dict[str, Any]) -> str:
             f"their efficiency by x{factors[0]:.2f} to x{factors[-1]:.2f} over their "
             "series' fit point; with one flat efficiency per series the same held-out "
             f"points miss by median {ev['flat']['median']:.1%}, worst "
-            f"{ev['flat']['worst']:.1%}, every one too slow. The largest exposed "
+            f"{ev['flat']['worst']:.1%}. The largest exposed "
             f"communication among them is `{comm['series']}` {comm['point']}: "
             f"{comm['exposed_comm_share']:.1%} of dpsim's step ({comm['error']:+.1%}).")
     return " ".join(text)
@@ -173,8 +173,8 @@ def _width_text(fam: dict[str, Any]) -> str:
             "so the efficiency is e_inf h/(h + h0) with h0 = KAPPA x peak FLOP/s / memory "
             f"bytes/s. KAPPA = {law['kappa']}, fitted on {law['train_on']} ({law['note']}); "
             f"h0 per cluster's device (elements): {h0}. The law is a fitted shape, not a "
-            "measurement: on the A100 series, at this KAPPA, the non-matmul part of a Llama "
-            "block would move about 7 times the 28h + 6 d_ff bytes per token (bf16) its "
+            "measurement: on its training point, the non-matmul part of a Llama block would "
+            f"move {law['bytes_ratio']} times the 28h + 6 d_ff bytes per token (bf16) its "
             "elementwise operators read and write (two norms, rotary on q and k, SwiGLU, two "
             "residual adds), so it also stands for what those operators and the matmuls lose "
             "besides bandwidth. Flat efficiency per series (KAPPA 0) on the same held-out "
