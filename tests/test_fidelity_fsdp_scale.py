@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from dpsim.fidelity import fsdp_scale, fsdp_scale_report
+from dpsim.fidelity import fsdp_scale, fsdp_scale_report, fsdp_width
 from dpsim.fidelity.goals import goals
+from dpsim.hardware import DEVICES
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,9 @@ def test_held_out_rows_are_the_model_s_errors(evaluated: dict[str, Any],
                                               data: dict[str, Any]) -> None:
     rows = evaluated["rows"]
     assert evaluated["n_points"] == len(rows) == sum(len(s["points"]) for s in data["series"])
-    assert evaluated["n_held_out"] == len(rows) - len(data["series"])  # one fit point each
+    # one efficiency fit point per series, one width-law training point
+    assert evaluated["n_held_out"] == len(rows) - len(data["series"]) - 1
+    assert [r["role"] for r in rows].count("width-law fit") == 1
     for r in rows:
         assert r["error"] == pytest.approx(r["predicted"] / r["published"] - 1, abs=2e-4)
         assert 0 <= r["exposed_comm_share"] < 1
@@ -130,3 +133,49 @@ def test_the_family_reaches_validation_goals(evaluated: dict[str, Any]) -> None:
     section = "\n".join(fsdp_scale_report.markdown(fam))
     assert all(f"| {r['series']} | {r['point']} |" in section for r in fam["rows"])
     assert all(s in section for s in fam["series"])
+
+
+def test_the_width_law_rises_with_width_and_flops_per_byte() -> None:
+    a100, h100 = DEVICES["a100-80gb"], DEVICES["h100-80gb"]
+    assert fsdp_width.factor(0.0, a100, 8192, 4096) == 1.0  # KAPPA 0: one flat efficiency
+    assert fsdp_width.factor(10.0, a100, 4096, 4096) == 1.0
+    wider = fsdp_width.factor(10.0, a100, 8192, 4096)
+    assert 1 < wider < 2  # never more than the FLOPs grow
+    assert fsdp_width.factor(10.0, h100, 8192, 4096) > wider  # more FLOPs per byte
+    assert fsdp_width.factor(10.0, a100, 4096, 8192) == pytest.approx(1 / wider)
+    assert fsdp_width.h0(10.0, a100) == pytest.approx(10 * 312e12 / 2039e9)
+    with pytest.raises(ValueError, match="kappa="):
+        fsdp_width.h0(-1.0, a100)
+    with pytest.raises(ValueError, match="width="):
+        fsdp_width.factor(1.0, a100, 0, 4096)
+
+
+def test_kappa_sees_only_its_training_point(data: dict[str, Any],
+                                           evaluated: dict[str, Any]) -> None:
+    effs = {s["id"]: fsdp_scale.implied_efficiency(data, s, fsdp_scale.fit_point(s))
+            for s in data["series"]}
+    kappa = fsdp_scale.fit_kappa(data, effs)
+    assert kappa == pytest.approx(evaluated["width_law"]["kappa"], abs=1e-3)
+    assert kappa > 0
+    sid, pid = fsdp_scale.width_train(data)
+    moved = copy.deepcopy(data)
+    for s in moved["series"]:
+        for p in s["points"]:
+            if (s["id"], p["id"]) != (sid, pid) and p["id"] != s["fit_on"]:
+                p["published"] *= 2  # held-out numbers change nothing the fit returns
+    assert fsdp_scale.fit_kappa(moved, effs) == kappa
+    train = next(r for r in evaluated["rows"] if r["role"] == "width-law fit")
+    assert abs(train["error"]) < 1e-3
+    assert train["width_factor"] > 1
+    assert evaluated["flat"]["worst"] > evaluated["worst"]  # the law is what closes the gap
+
+
+def test_the_law_s_bytes_against_a_block_s_elementwise_bytes(
+        evaluated: dict[str, Any]) -> None:
+    assert fsdp_width.elementwise_bytes(4096, 11008) == 28 * 4096 + 6 * 11008
+    # matmul time * h0 / h moves matmul_flops * kappa / (e_inf h) bytes at full bandwidth
+    ratio = fsdp_width.bytes_ratio(10.0, 0.5, 4e8, 4096, 11008)
+    assert ratio == pytest.approx(4e8 * 10 / (0.5 * 4096) / (28 * 4096 + 6 * 11008))
+    assert evaluated["width_law"]["bytes_ratio"] > 1  # more than bandwidth alone explains
+    with pytest.raises(ValueError, match="e_inf="):
+        fsdp_width.bytes_ratio(10.0, 1.5, 4e8, 4096, 11008)

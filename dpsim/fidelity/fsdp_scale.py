@@ -9,9 +9,11 @@ TFLOPS per GPU by the formula the source uses.
 
 One free constant per series: the device's achieved fraction of peak (`Device.efficiency`),
 fitted by bisection so that the series' `fit_on` point (its smallest scale or smallest
-model) is met exactly. Every other point is held out; what it tests is how throughput
+model) is met exactly. One constant for all series: the width law's KAPPA (`fsdp_width`),
+how that fraction rises with the model's width, fitted on the one point the dataset names
+in `width_law.train_on`. Every other point is held out; what it tests is how throughput
 changes with the number of GPUs (communication exposure) or with the model size
-(FLOPs, activation recompute, communication) at that one efficiency.
+(FLOPs, activation recompute, width, communication).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.cluster_presets import CLUSTERS
+from dpsim.fidelity import fsdp_width
 from dpsim.hardware import (
     DEVICES,
     EFA_V1,
@@ -159,6 +162,60 @@ def implied_efficiency(data: dict[str, Any], series: dict[str, Any],
     return (lo + hi) / 2
 
 
+def width_factor(data: dict[str, Any], series: dict[str, Any], point: dict[str, Any],
+                 kappa: float) -> float:
+    """The point's efficiency over its series' fit-point efficiency by the width law."""
+    device = cluster(data["clusters"][series["cluster"]], point["n_gpus"], 1.0).device
+    models = data["models"]
+    width = models[settings(series, point)["model"]]["d_model"]
+    fit_width = models[settings(series, fit_point(series))["model"]]["d_model"]
+    return fsdp_width.factor(kappa, device, width, fit_width)
+
+
+def _width_error(data: dict[str, Any], series: dict[str, Any], point: dict[str, Any],
+                 efficiency: float, kappa: float) -> float:
+    eff = min(1.0, efficiency * width_factor(data, series, point, kappa))  # at most peak
+    return metric(data, series, point, step(data, series, point, eff).step_s) / float(
+        point["published"]) - 1
+
+
+def _bytes_ratio(data: dict[str, Any], effs: dict[str, float], kappa: float) -> float:
+    """fsdp_width.bytes_ratio at the training point's model and its series' e_inf."""
+    sid, pid = width_train(data)
+    series = next(s for s in data["series"] if s["id"] == sid)
+    point = next(p for p in series["points"] if p["id"] == pid)
+    m = data["models"][settings(series, point)["model"]]
+    fit_h = data["models"][settings(series, fit_point(series))["model"]]["d_model"]
+    device = cluster(data["clusters"][series["cluster"]], point["n_gpus"], 1.0).device
+    e_inf = effs[sid] * (fit_h + fsdp_width.h0(kappa, device)) / fit_h
+    block = next(layer for layer in workload(data["models"], settings(series, point)["model"])
+                 .layers if layer.kind == "TransformerBlock")
+    matmul = block.flops / m["seq_len"] - 4 * m["seq_len"] * m["d_model"]  # less QK^T, AV
+    return fsdp_width.bytes_ratio(kappa, min(e_inf, 1.0), matmul, m["d_model"], m["d_ff"])
+
+
+def width_train(data: dict[str, Any]) -> tuple[str, str]:
+    """(series id, point id) of the point the width law's KAPPA is fitted on."""
+    train = data["width_law"]["train_on"]
+    return train["series"], train["point"]
+
+
+def fit_kappa(data: dict[str, Any], efficiencies: dict[str, float]) -> float:
+    """KAPPA at which dpsim meets the width law's training point (bisection; `efficiencies`:
+    each series' fitted efficiency). 0 when the point needs no rise with width."""
+    sid, pid = width_train(data)
+    series = next(s for s in data["series"] if s["id"] == sid)
+    point = next(p for p in series["points"] if p["id"] == pid)
+    lo, hi = fsdp_width.KAPPA_RANGE
+    if _width_error(data, series, point, efficiencies[sid], lo) >= 0:
+        return lo
+    for _ in range(BISECTIONS):
+        mid = (lo + hi) / 2
+        too_slow = _width_error(data, series, point, efficiencies[sid], mid) < 0
+        lo, hi = (mid, hi) if too_slow else (lo, mid)
+    return (lo + hi) / 2
+
+
 def fit_point(series: dict[str, Any]) -> dict[str, Any]:
     """The series' point its efficiency is fitted on."""
     fitted: dict[str, Any] = next(p for p in series["points"] if p["id"] == series["fit_on"])
@@ -171,10 +228,13 @@ def varies(series: dict[str, Any]) -> str:
 
 
 def _row(data: dict[str, Any], series: dict[str, Any], point: dict[str, Any],
-         efficiency: float) -> dict[str, Any]:
-    r = step(data, series, point, efficiency)
+         efficiency: float, kappa: float) -> dict[str, Any]:
+    width = width_factor(data, series, point, kappa)
+    r = step(data, series, point, min(1.0, efficiency * width))  # at most the peak
     predicted = metric(data, series, point, r.step_s)
-    held_out = point["id"] != series["fit_on"]
+    role = ("efficiency fit" if point["id"] == series["fit_on"] else "width-law fit"
+            if (series["id"], point["id"]) == width_train(data) else "held out")
+    held_out = role == "held out"
     s = settings(series, point)
     return {"series": series["id"], "point": point["id"], "varies": varies(series),
             "model": s["model"], "n_gpus": point["n_gpus"], "strategy": point["strategy"],
@@ -182,34 +242,50 @@ def _row(data: dict[str, Any], series: dict[str, Any], point: dict[str, Any],
             "metric": series["metric"], "published": point["published"],
             "predicted": round(predicted, 1),
             "error": round(predicted / point["published"] - 1, 4) + 0.0,  # + 0.0: no -0.0
-            "held_out": held_out,
+            "held_out": held_out, "role": role, "width_factor": round(width, 4),
             "exposed_comm_share": round(r.exposed_comm_s / r.step_s, 4),
             "comm_to_compute": round(r.comm_s / r.compute_s, 4),
             "implied_efficiency": round(implied_efficiency(data, series, point), 4)
-            if held_out else round(efficiency, 4),
+            if point["id"] != series["fit_on"] else round(efficiency, 4),
             "where": point["where"]}
 
 
-def evaluate(path: Path = DATA, nic_scale: float = 1.0) -> dict[str, Any]:
-    """Fit each series on its `fit_on` point; every other point is held out.
-    `nic_scale` multiplies every NIC's bandwidth (the networks are partly assumed)."""
+def evaluate(path: Path = DATA, nic_scale: float = 1.0,
+             width_train_on: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Fit each series on its `fit_on` point, the width law on its training point; every
+    other point is held out. `nic_scale` multiplies every NIC's bandwidth (the networks
+    are partly assumed); `width_train_on` (series id, point id) fits KAPPA on another point
+    than the dataset's (a sensitivity check of that choice)."""
     data = load(path)
     data["nic_scale"] = nic_scale
+    if width_train_on is not None:
+        data["width_law"]["train_on"] = dict(zip(("series", "point"), width_train_on,
+                                                 strict=True))
     rows: list[dict[str, Any]] = []
-    fitted: dict[str, float] = {}
+    effs = {s["id"]: implied_efficiency(data, s, fit_point(s)) for s in data["series"]}
+    fitted = {k: round(v, 4) for k, v in effs.items()}
+    kappa = fit_kappa(data, effs)
     for series in data["series"]:
-        eff = implied_efficiency(data, series, fit_point(series))
-        fitted[series["id"]] = round(eff, 4)
-        rows += [_row(data, series, p, eff) for p in series["points"]]
+        rows += [_row(data, series, p, effs[series["id"]], kappa) for p in series["points"]]
     held = [r for r in rows if r["held_out"]]
     errs = [abs(r["error"]) for r in held]
     by_kind = {k: statistics.median(abs(r["error"]) for r in held if r["varies"] == k)
                for k in sorted({r["varies"] for r in held})}
+    sid, pid = width_train(data)
+    flat = [abs(_width_error(data, s, p, effs[s["id"]], 0.0)) for s in data["series"]
+            for p in s["points"] if any(r["held_out"] and (r["series"], r["point"])
+                                        == (s["id"], p["id"]) for r in rows)]
     return {"rows": rows, "fitted_efficiency": fitted,
+            "width_law": {"kappa": round(kappa, 3), "train_on": f"{sid} {pid}",
+                          "bytes_ratio": round(_bytes_ratio(data, effs, kappa), 1),
+                          "note": data["width_law"]["note"],
+                          "h0": {k: round(fsdp_width.h0(kappa, cluster(c, 8, 1.0).device))
+                                 for k, c in data["clusters"].items()}},
             "fitted_on": {s["id"]: s["fit_on"] for s in data["series"]},
             "median": statistics.median(errs), "worst": max(errs),
             "median_by_kind": by_kind,
             "fit_residual_worst": max(abs(r["error"]) for r in rows if not r["held_out"]),
+            "flat": {"median": statistics.median(flat), "worst": max(flat)},
             "n_points": len(rows), "n_held_out": len(held),
             "series": {s["id"]: {"source": s["source"], "config": s["config"],
                                  "note": s.get("modelling_note", "")} for s in data["series"]},
