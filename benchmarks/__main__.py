@@ -6,7 +6,7 @@ import importlib
 import sys
 
 NAMES = ("planner", "collectives", "ddp", "launch", "fuzz_api", "validation", "grading",
-         "single_device")
+         "single_device", "collective_runs")
 
 
 def main(argv: list[str]) -> int:

@@ -52,7 +52,7 @@ SIMULATOR_MODULES = (
     "dpsim.collectives.group_cost",
     "dpsim.compute_contention",
     "dpsim.collectives.protocols", "dpsim.collectives.params",
-    "dpsim.fidelity.constants_block",
+    "dpsim.fidelity.constants_block", "dpsim.fidelity.leave_run_out",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -92,6 +92,8 @@ SKIPPED: dict[str, str] = {
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
                     "collectives.link_names", "collectives.fill_links", "collectives.fit",
                     "collectives.data_files", "constants_block.block", "constants_block.write",
+                    "collectives.link_of", "leave_run_out.predict_left_out",
+                    "leave_run_out.evaluate",
                     "collectives.forced", "collectives.run_predictions",
                     "collectives.dpsim_nbytes",
                     "collectives.fitted_constants", "collectives.family",

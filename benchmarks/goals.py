@@ -137,11 +137,22 @@ def _grading(r: dict[str, Any]) -> list[dict[str, Any]]:
                  "repeats short of full marks", "lower", "worst", short, short, {})]
 
 
+def _collective_runs(r: dict[str, Any]) -> list[dict[str, Any]]:
+    worst = r["worst"]
+    config = {"run": worst.get("run"), "nbytes": worst.get("nbytes")}
+    return [goal("nccl-tests runs left out of the fit: median error <= 15 %", r["median"],
+                 r["median_goal"], "fraction", "lower", "median", r["median"],
+                 abs(worst["error"]), config),
+            goal("nccl-tests runs left out of the fit: every point within 30 %",
+                 abs(worst["error"]), r["every_point_goal"], "fraction", "lower", "worst",
+                 r["median"], abs(worst["error"]), config)]
+
+
 GOALS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "collectives": _collectives, "ddp": _ddp, "fuzz_api": _fuzz, "launch": _launch,
     "planner": _planner, "torchrun_stress": _stress, "validation": fidelity_goals,
     "elastic_stress": _elastic, "grading": _grading,
-    "single_device": _single_device,
+    "single_device": _single_device, "collective_runs": _collective_runs,
 }
 
 

@@ -222,7 +222,7 @@ def _start(pts: list[Point]) -> tuple[ModelParams, list[str], list[str]]:
 
 def fill_links(pts: list[Point]) -> list[str]:
     """The bottleneck links (by name) whose fill term is fitted: those the runs end on."""
-    return sorted({_link_of(p) for p in pts})
+    return sorted({link_of(p) for p in pts})
 
 
 def fit(pts: list[Point], rounds: int = 4) -> ModelParams:
@@ -256,7 +256,7 @@ def _best_fill(pts: list[Point], params: ModelParams, name: str,
     """`params` with the fill term of link `name` set to its best grid pair (K, S0), both
     at once (they trade against each other). Only the points on that link change, so the
     mean |error| over them decides, as over all points; the first best pair wins."""
-    mine = [i for i, p in enumerate(pts) if _link_of(p) == name]
+    mine = [i for i, p in enumerate(pts) if link_of(p) == name]
     base = replace(params, fill_us={**params.fill_us, name: 0.0})
     pub = np.array([pts[i].time_us for i in mine])
     t0 = pub * (1 + errors(pts, base, memo)[mine])
@@ -269,7 +269,8 @@ def _best_fill(pts: list[Point], params: ModelParams, name: str,
                    fill_bytes={**params.fill_bytes, name: FILL_GRID_BYTES[j]})
 
 
-def _link_of(p: Point) -> str:
+def link_of(p: Point) -> str:
+    """The name of the link whose fill term `p`'s run pays (`nccl.bottleneck`)."""
     return bottleneck(CLUSTERS[p.cluster], GroupShape(p.n_nodes, p.ranks_per_node)).name
 
 
