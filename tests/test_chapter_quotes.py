@@ -59,3 +59,12 @@ def test_chapter_7_quotes_the_shipped_network_constants() -> None:
     assert eth is not None
     assert _quoted(text, r"next to the fitted (\d+) us of this network's hop") == \
         round(DEFAULT_PARAMS.net_us(eth))
+
+
+def test_chapter_2_quotes_the_left_out_runs_benchmark() -> None:
+    runs = json.loads((ROOT / "benchmarks/results/collective_runs.json").read_text())
+    text = _markdown("02_collectives.ipynb")
+    assert _quoted(text, r"collective_runs`\): median (\d+) % over its points") == \
+        round(100 * runs["median"])
+    assert _quoted(text, r"over its points, (\d+) % within 30 %") == \
+        round(100 * runs["within_30_percent"])
