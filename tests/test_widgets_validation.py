@@ -232,13 +232,13 @@ def test_dp_explorer_texts_unchanged() -> None:
     assert text == (
         "simulated: GPT-2 124M, chunks [8, 8, 8, 8]\n"
         "device 0 peak 24.6 GiB, largest other 6.8 GiB (device 0 holds 3.62x)\n"
-        "step 222.82 ms\n"
+        "step 222.91 ms\n"
         "extra on device 0 when the loss is computed: optimizer 949.4 MiB, input 192.0 KiB, "
         "gathered 6.1 GiB, loss 12.3 GiB")
     assert isinstance(fig, go.Figure)
     text, _ = _dp(model="llama-7b", n_devices=2, batch_size=8, out_features=10,
                   cluster="pcie-4gpu")()
-    assert text.splitlines()[2] == "step 66843.70 ms; device 0 runs OUT OF MEMORY"
+    assert text.splitlines()[2] == "step 66843.69 ms; device 0 runs OUT OF MEMORY"
     _, summary = _dp(dpe.explore, batch_size=2)()
     assert summary["chunks"] == [1, 1]
 
@@ -246,8 +246,8 @@ def test_dp_explorer_texts_unchanged() -> None:
 def test_ddp_explorer_text_unchanged() -> None:
     *figs, text = _ddp()()
     # the buckets pay NCCL's (algorithm, protocol) cost on the PCIe link (collectives.group_cost)
-    assert text == ("simulated, N=4: step 27.98 ms = compute 18.84 ms + exposed comm 9.14 ms; "
-                    "comm 15.16 ms in 7 buckets, 40% hidden; scaling efficiency 67%; caps 25 MiB, "
+    assert text == ("simulated, N=4: step 27.96 ms = compute 18.84 ms + exposed comm 9.12 ms; "
+                    "comm 15.14 ms in 7 buckets, 40% hidden; scaling efficiency 67%; caps 25 MiB, "
                     "first bucket 1 MiB (torch defaults)")
     assert all(isinstance(f, go.Figure) for f in figs)
 
@@ -261,9 +261,9 @@ def test_collectives_explorer_text_unchanged() -> None:
 
 def test_strategy_explorer_texts_unchanged() -> None:
     fig, text = _sd(strategy="fsdp")()
-    assert text == ("simulated: ResNet-50, FSDP / ZeRO-3, N=8: step 5.86 ms = compute 5.52 + "
-                    "exposed comm 0.336 + host 0 ms (hidden comm 0.481 ms); 10,923 samples/s; "
-                    "98% of one device's throughput at the same local batch; fits in memory")
+    assert text == ("simulated: ResNet-50, FSDP / ZeRO-3, N=8: step 6.01 ms = compute 5.52 + "
+                    "exposed comm 0.487 + host 0 ms (hidden comm 0.484 ms); 10,649 samples/s; "
+                    "96% of one device's throughput at the same local batch; fits in memory")
     assert isinstance(fig, go.Figure)
     (msg,) = _sd(global_batch=4)()  # a combination the planner refuses stays a message
     assert msg == ("cannot simulate this setting: global_batch=4 does not split over "
