@@ -1,18 +1,19 @@
 """The wait for the slowest rank's input batch, beside dpsim's DDP step.
 
-Why: in NVIDIA's ResNet-50 tables the large multi-GPU losses (8-17 %) are all in runs whose
+Why: in NVIDIA's ResNet-50 tables the large multi-GPU AMP losses (6-17 %) are in runs whose
 JPEGs are decoded on the host CPUs (PyTorch's DataLoader, TensorFlow's tf.data; sources in
-`data/nvidia_resnet50.json`, key `input_pipelines`), and with AMP; MXNet, whose DALI
+`data/nvidia_resnet50.json`, key `input_pipelines`); MXNet, whose DALI
 decodes on the GPU, loses 2-5 % at 8 GPUs with AMP at a higher per-GPU rate, so the
-GPUs, NVLink and the all-reduce sustain that rate. Neither README says where the time goes.
+GPUs, NVLink and the all-reduce sustain that rate. No README says where the time goes.
 
 Model (an assumption, said so): each step every rank waits for its next batch from its
 input pipeline; the time that takes varies from step to step, independently across ranks,
 as a normal with standard deviation s x (images per batch). s (seconds per image) depends
 only on where JPEGs are decoded ("host" or "gpu"), not on the GPU's speed. A synchronous
 step (DDP's all-reduce, Horovod's) then waits E[max of n standard normals] x s x batch
-longer than one rank alone; with AMP the GPU step is 2.6-3.6x shorter, so the same wait
-weighs that much more. s is fitted per decode site on designated training rows only.
+longer than one rank alone. Relative to the step (batch / the GPU's images/s) that is
+s x images/s x E[max]: it grows with the GPU's rate, which AMP raises 2.6-3.6x.
+s is fitted per decode site on designated training rows only.
 """
 
 from __future__ import annotations
