@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dpsim.fidelity import resnet_scaling, zero_paper
+from dpsim.fidelity import input_pipeline, resnet_scaling, zero_paper
 from dpsim.fidelity.goals import goals
 from dpsim.workload import get_workload
 
@@ -83,11 +83,12 @@ def test_every_multi_gpu_row_is_predicted_and_its_errors_add_up(
         assert r["error"] == pytest.approx(r["predicted_s"] / r["published_s"] - 1, abs=2e-4)
         assert 0.99 < r["predicted_efficiency"] <= 1.0  # the all-reduce hides behind backward
         assert r["predicted_s"] >= r["base_s"]
+    alone = scaling["ddp_alone"]
     worst = max(max(abs(r["error"]), abs(r["efficiency_error"])) for r in scaling["rows"])
-    assert scaling["worst"] == pytest.approx(worst)
-    assert scaling["worst_case"]["table"] == "tensorflow-dgx2-amp"  # stated in the docs
-    by = scaling["worst_by_precision"]
-    assert max(by["fp32"], by["tf32"]) < 0.15 < by["amp"]  # only AMP rows miss the goal
+    assert alone["worst"] == pytest.approx(worst, abs=1e-4)
+    assert alone["worst_case"]["table"] == "tensorflow-dgx2-amp"  # stated in the docs
+    by = alone["worst_by_precision"]
+    assert max(by["fp32"], by["tf32"]) < 0.15 < by["amp"]  # alone, only AMP rows miss
 
 
 def test_the_gradient_dtype_reaches_the_model() -> None:
@@ -101,16 +102,51 @@ def test_the_gradient_dtype_reaches_the_model() -> None:
     assert full != pytest.approx(half, rel=1e-6)
 
 
-def test_the_straggler_term_is_fitted_on_even_rows_only(scaling: dict[str, Any]) -> None:
+def test_every_framework_names_where_it_decodes_jpegs() -> None:
+    data = resnet_scaling.load()
+    pipes = data["input_pipelines"]
+    assert {t["framework"] for t in data["tables"]} <= set(pipes)
+    assert {fw: p["decode"] for fw, p in pipes.items()} == {
+        "pytorch": "host", "tensorflow": "host", "mxnet": "gpu"}
+    for p in pipes.values():
+        assert p["what"]
+        for src in p["sources"]:
+            assert src["repo"] == "NVIDIA/DeepLearningExamples"
+            assert COMMIT.match(src["commit"])
+            assert src["path"]
+            assert src["where"]
+
+
+def test_the_wait_is_fitted_on_even_rows_only(scaling: dict[str, Any]) -> None:
     rows = scaling["rows"]
-    ext = resnet_scaling.straggler_fit(rows)
-    assert [r["held_out"] for r in ext["rows"]] == [i % 2 == 1 for i in range(len(rows))]
-    assert ext["c"] > 0
+    shipped = scaling["with_wait"]
+    assert [r["held_out"] for r in shipped["rows"]] == [i % 2 == 1 for i in range(len(rows))]
+    train = list(range(0, len(rows), 2))
+    s = input_pipeline.fit(rows, train)
+    assert s["host"] > s["gpu"] > 0  # host decoding waits longer per image
     moved = [dict(r, published_s=r["published_s"] * (1.5 if i % 2 else 1.0))
              for i, r in enumerate(rows)]
-    assert resnet_scaling.straggler_fit(moved)["c"] == ext["c"]
-    assert resnet_scaling.expected_max_normal(2) == pytest.approx(1 / 3.14159265 ** 0.5,
+    assert input_pipeline.fit(moved, train) == s  # held-out rows never reach the fit
+    one = dict(rows[0], n_gpus=1)
+    assert input_pipeline.wait_term(one) == 0.0  # one rank waits for nobody
+    assert input_pipeline.expected_max_normal(2) == pytest.approx(1 / 3.14159265 ** 0.5,
                                                                   rel=1e-4)
+    # the wait is the same seconds for one batch whatever the precision: AMP feels it more
+    amp, tf32 = shipped["rows"][1], shipped["rows"][0]
+    assert (amp["table"], tf32["table"]) == ("pytorch-dgxa100-amp", "pytorch-dgxa100-tf32")
+    assert amp["wait_s"] == tf32["wait_s"]
+
+
+def test_the_wait_meets_the_goal_on_held_out_rows(scaling: dict[str, Any]) -> None:
+    shipped = scaling["with_wait"]
+    assert shipped["held_out_worst"] <= 0.15
+    assert shipped["fit_residual_worst"] <= 0.15
+    assert scaling["leave_one_table_out"]["worst"] <= 0.15
+    assert scaling["mirror"]["held_out_worst"] <= 0.15
+    forms = {v["form"]: v for v in scaling["variants"]}
+    assert len(forms) == len(input_pipeline.VARIANTS)
+    earlier = forms["c x 1-GPU step, one c (the earlier extension)"]
+    assert earlier["held_out_worst"] > 0.15  # the earlier extension misses; said in the docs
 
 
 def test_printed_numbers_keep_their_precision() -> None:
@@ -142,5 +178,8 @@ def test_results_carry_both_families_and_goals() -> None:
     texts = [g["goal"] for g in goals(results)]
     assert any(t.startswith("NVIDIA ResNet-50 tables") for t in texts)
     assert any(t.startswith("ZeRO paper Tables 1-2") for t in texts)
-    assert not fam["nvidia_resnet50_scaling"]["goal_met"]  # AMP rows miss; said in the docs
+    resnet = fam["nvidia_resnet50_scaling"]
+    assert resnet["goal_met"] == (resnet["value"]["worst"] <= 0.15
+                                  and resnet["fit_residual_worst"] <= 0.15)
+    assert resnet["ddp_alone"]["worst"] > 0.15  # the DDP strategy alone misses
     assert not any("ZeRO paper tables" in n for n in results["not_covered"])

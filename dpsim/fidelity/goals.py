@@ -53,9 +53,10 @@ def _resnet_goals(fam: dict[str, Any]) -> list[dict[str, Any]]:
     if "nvidia_resnet50_scaling" not in fam:
         return []
     r = fam["nvidia_resnet50_scaling"]
-    return [_goal("NVIDIA ResNet-50 tables: DDP step time and scaling within 15 % at every "
-                  "point", r["value"]["worst"], RESNET_EVERY, "worst", r["value"]["median"],
-                  r["value"]["worst"], {k: r["worst_case"][k] for k in ("table", "n_gpus")})]
+    return [_goal("NVIDIA ResNet-50 tables: DDP step + input-batch wait, step time and "
+                  "scaling within 15 % at every held-out point", r["value"]["worst"],
+                  RESNET_EVERY, "worst", r["value"]["median"], r["value"]["worst"],
+                  {k: r["worst_case"][k] for k in ("table", "n_gpus")})]
 
 
 def _zero_paper_goals(fam: dict[str, Any]) -> list[dict[str, Any]]:

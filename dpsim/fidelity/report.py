@@ -33,6 +33,7 @@ from dpsim.fidelity import (
     fsdp_scale_report,
     memory,
     resnet_scaling,
+    resnet_scaling_report,
     zero_paper,
 )
 from dpsim.fidelity.collective_misses import MODEL_NOTE, WHY_DEFAULT, WHY_RUN
@@ -45,15 +46,16 @@ NOT_COVERED = [
     "none across nodes transcribed",
     "single-node H200 and B200 nccl-tests runs: none transcribed (H200 and B200 appear only "
     "in runs across nodes, GB200 in one 8-GPU NVLink domain)",
-    "NCCL's channel counts and per-channel speeds (its topology search), the ring's "
-    "plateau factor and the CPU type (llMaxBw, net overhead): not modelled; the LL cap and "
-    "fractions are fitted instead",
+    "NCCL's channel counts and per-channel speeds (its topology search), its chunk sizes, "
+    "the ring's plateau factor and the CPU type (llMaxBw, net overhead): not modelled; the "
+    "LL cap, the fractions and the fill term (K x S / (S + S0) per link) are fitted instead",
     "ZeRO paper: only the model-state tables (1, 2 left half); the measured model sizes "
     "(Table 2 right half) and throughput figures include activations and buffers, not "
     "compared",
     "NVIDIA ResNet-50 tables: one machine only (the READMEs publish no multi-node rows); "
-    "MXNet and TensorFlow use Horovod, modelled as DDP buckets; the AMP rows' losses "
-    "(input pipeline, host, stragglers) are not modelled, so those points miss the goal",
+    "MXNet and TensorFlow use Horovod, modelled as DDP buckets; the input pipeline enters "
+    "only as a fitted wait for the slowest rank's batch (normal per-rank jitter, s per "
+    "image per decode site), not as decode work on CPU cores",
     "PyTorch DDP benchmark: only its ResNet-50 rows; the DGX-1's NVLink hybrid cube mesh is "
     "modelled as a switched NVLink 2 fabric",
 ]
@@ -277,7 +279,7 @@ def _sections(results: dict[str, Any]) -> list[str]:
     fam = results["families"]
     out: list[str] = []
     if "nvidia_resnet50_scaling" in fam:
-        out += resnet_scaling.section(fam["nvidia_resnet50_scaling"])
+        out += resnet_scaling_report.section(fam["nvidia_resnet50_scaling"])
     if "zero_paper_tables" in fam:
         out += zero_paper.section(fam["zero_paper_tables"])
     return out

@@ -12,28 +12,30 @@ bytes (fp32, or fp16 where the framework keeps 16-bit parameters), buckets of DD
 defaults, SGD with momentum: step time and scaling efficiency (1-GPU step / n-GPU step).
 TF32 runs use the A100's TF32 tensor-core peak for fp32 compute.
 
-Nothing else is fitted for the goal. Beside it, an extension that dpsim does not ship is
-tested: each step waits for the slowest of n ranks, adding c x E[max of n standard normals]
-x the 1-GPU step; c is fitted on the multi-GPU rows at even positions and reported on the
-odd ones (held out).
+Beside the DDP step, the wait for the slowest rank's input batch (`input_pipeline.py`):
+s x batch x E[max of n standard normals], s (seconds per image) fitted per decode site
+(host CPUs or GPU, sourced per framework) on the multi-GPU rows at even positions; the odd
+rows are held out, and every table is also predicted with s fitted on the others.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from dpsim.cluster_presets import CLUSTERS, SOURCES
+from dpsim.fidelity import input_pipeline
 from dpsim.hardware import DEVICES, V100_32GB, Cluster, Device
 from dpsim.strategies import ddp, single
 from dpsim.workload import Workload, get_workload
 
 DATA = Path(__file__).with_name("data") / "nvidia_resnet50.json"
 TF32_TFLOPS = 156.0  # A100 datasheet, 'TF32 Tensor Core 156 TFLOPS' (312 with sparsity)
+CPU_SOURCE = ("DGX A100: 2x AMD Epyc Rome 7742 @ 2.25GHz, 'a total core count of 128' "
+              "(hardwaretimes.com, https://www.hardwaretimes.com/nvidias-ampere-based-dgx-a100-"
+              "servers-leverage-amd-epyc-rome-cpus-instead-of-intel-xeon/)")
 TF32_SOURCE = ("NVIDIA A100 Tensor Core GPU datasheet, table 'Specifications': TF32 Tensor "
                "Core 156 TFLOPS dense (312 with sparsity)")
 OPTIMIZER = "sgd_momentum"  # all three READMEs: SGD with momentum 0.875
@@ -90,20 +92,6 @@ def ddp_step_s(workload: Workload, table: dict[str, Any], device: Device,
     return ddp.step_result(trace).step_s
 
 
-@lru_cache(maxsize=64)
-def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals] (0 for n = 1), by quadrature."""
-    if n <= 1:
-        return 0.0
-    step, total = 0.005, 0.0
-    for i in range(-2000, 2001):
-        x = i * step
-        pdf = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
-        total += x * n * pdf * cdf ** (n - 1) * step
-    return total
-
-
 def _row(workload: Workload, table: dict[str, Any], device: Device, base_s: float,
          point: dict[str, Any]) -> dict[str, Any]:
     n, batch = point["n_gpus"], table["batch_per_gpu"]
@@ -111,6 +99,7 @@ def _row(workload: Workload, table: dict[str, Any], device: Device, base_s: floa
     predicted = ddp_step_s(workload, table, device, n)
     pub_eff, model_eff = base_s / published, base_s / predicted
     return {"table": table["id"], "framework": table["framework"], "n_gpus": n,
+            "site": table["site"],
             "precision": table["precision"], "batch_per_gpu": batch,
             "published_s": round(published, 5), "predicted_s": round(predicted, 5),
             "error": round(predicted / published - 1, 4),
@@ -120,36 +109,19 @@ def _row(workload: Workload, table: dict[str, Any], device: Device, base_s: floa
             "base_s": base_s, "where": table["source"]["where"]}
 
 
-def straggler_fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fit c on the even positions, report every row with the term; odd rows held out."""
-    def term(r: dict[str, Any]) -> float:
-        return expected_max_normal(r["n_gpus"]) * r["base_s"]
-
-    train = rows[0::2]
-    num = sum(term(r) / r["published_s"] * (1 - r["predicted_s"] / r["published_s"])
-              for r in train)
-    den = sum((term(r) / r["published_s"]) ** 2 for r in train)
-    c = num / den if den > 0 else 0.0
-    out = []
-    for i, r in enumerate(rows):
-        step = r["predicted_s"] + c * term(r)
-        err = step / r["published_s"] - 1
-        eff_err = (r["base_s"] / step) / r["published_efficiency"] - 1
-        out.append({"table": r["table"], "n_gpus": r["n_gpus"], "predicted_s": round(step, 5),
-                    "error": round(err, 4), "efficiency_error": round(eff_err, 4),
-                    "held_out": i % 2 == 1})
-    held = [max(abs(r["error"]), abs(r["efficiency_error"])) for r in out if r["held_out"]]
-    fit = [max(abs(r["error"]), abs(r["efficiency_error"])) for r in out if not r["held_out"]]
-    return {"c": round(c, 4), "rows": out, "held_out_worst": round(max(held), 4),
-            "held_out_median": round(sorted(held)[len(held) // 2], 4),
-            "fit_residual_worst": round(max(fit), 4),
-            "fitted_on": "multi-GPU rows at even positions (0, 2, 4, ...) in the order of "
-                         "data/nvidia_resnet50.json; odd positions held out"}
+def _summary(rows: list[dict[str, Any]], key: str = "worst") -> dict[str, Any]:
+    """Median, worst, worst case and worst by precision of one error column."""
+    values = sorted(r[key] for r in rows)
+    top = max(rows, key=lambda r: r[key])
+    return {"median": values[len(values) // 2], "worst": top[key],
+            "worst_case": {k: top[k] for k in ("table", "n_gpus")},
+            "worst_by_precision": {p: max(r[key] for r in rows if r["precision"] == p)
+                                   for p in sorted({r["precision"] for r in rows})}}
 
 
 def evaluate(path: Path = DATA) -> dict[str, Any]:
-    """Every multi-GPU row predicted from its table's 1-GPU row; median and worst of
-    max(|step error|, |scaling error|) per row; the straggler extension beside it."""
+    """Every multi-GPU row predicted from its table's 1-GPU row by the DDP strategy, then
+    with the input-batch wait (s fitted on the rows at even positions, odd held out)."""
     data = load(path)
     workload = get_workload("resnet50")
     rows, fitted = [], {}
@@ -161,97 +133,72 @@ def evaluate(path: Path = DATA) -> dict[str, Any]:
                              base_s)
         fitted[table["id"]] = round(eff, 4)
         device = replace(device, efficiency=eff)
-        rows += [_row(workload, table, device, base_s, p) for p in table["rows"]
-                 if p["n_gpus"] > 1]
-    worst_of = [max(abs(r["error"]), abs(r["efficiency_error"])) for r in rows]
-    ext = straggler_fit(rows)
+        site = data["input_pipelines"][table["framework"]]["decode"]
+        rows += [_row(workload, {**table, "site": site}, device, base_s, p)
+                 for p in table["rows"] if p["n_gpus"] > 1]
+    for r in rows:
+        r["worst"] = round(max(abs(r["error"]), abs(r["efficiency_error"])), 4)
+    train = list(range(0, len(rows), 2))
+    shipped = input_pipeline.apply(rows, train)
+    mirror = input_pipeline.apply(rows, list(range(1, len(rows), 2)))
     for r in rows:
         r["base_s"] = round(r["base_s"], 5)
-    worst = max(range(len(rows)), key=lambda i: worst_of[i])
-    by_precision = {p: round(max(w for w, r in zip(worst_of, rows, strict=True)
-                                 if r["precision"] == p), 4)
-                    for p in sorted({r["precision"] for r in rows})}
     return {"rows": rows, "efficiency_by_table": fitted, "n_points": len(rows),
-            "median": sorted(worst_of)[len(worst_of) // 2], "worst": worst_of[worst],
-            "worst_case": rows[worst], "straggler_extension": ext,
-            "worst_by_precision": by_precision,
+            "ddp_alone": _summary(rows), "ddp_alone_held_out": _summary(rows[1::2]),
+            "with_wait": shipped,
+            "fitted_on": "the multi-GPU rows at even positions (0, 2, 4, ...) in the order of "
+                         "data/nvidia_resnet50.json; odd positions held out",
+            "mirror": {k: mirror[k] for k in ("s_per_image", "held_out_median",
+                                              "held_out_worst", "held_out_worst_case")},
+            "leave_one_table_out": input_pipeline.leave_one_table_out(rows),
+            "variants": input_pipeline.variants(rows, train),
+            "input_pipelines": data["input_pipelines"],
             "tables": {t["id"]: {"source": t["source"], "batch_source": t["batch_source"],
                                  "all_reduce": t["all_reduce"], "cluster": t["cluster"],
                                  "device": t["device"]} for t in data["tables"]},
             "note": data["note"]}
 
 
-WHY_MISSED = (
+WHY = (
     "dpsim's DDP step hides the all-reduce (under 2 ms for ResNet-50's 51-102 MB of "
-    "gradients over NVLink) behind a 100-500 ms step, so it predicts 99.6-99.9 % scaling "
-    "everywhere. The published losses are up to 6 % with FP32/TF32 and up to 17 % with AMP, "
-    "largest for PyTorch on DGX A100 and DGX-1 and TensorFlow on 16 GPUs of a DGX-2. The "
-    "tables do not say where that time goes; what the AMP rows share is a 2.6-3.6x shorter "
-    "step, so any cost outside GPU compute and the all-reduce (input pipeline, host, the "
-    "slowest rank each step) weighs about three times more. dpsim models none of these.")
+    "gradients over NVLink) behind a 100-500 ms step, so alone it predicts 99.6-99.9 % "
+    "scaling everywhere. The published losses reach 17 % only where JPEGs are decoded on "
+    "the host CPUs (PyTorch's DataLoader, TensorFlow's tf.data) and with AMP; MXNet, whose "
+    "DALI decodes on the GPU, loses 2-5 % at 8 GPUs with AMP at a higher rate per GPU "
+    "(3410.52 img/s on an A100 against PyTorch's 2470), so the GPUs, NVLink and the "
+    "all-reduce are not what limits. In absolute time TensorFlow loses about the same per "
+    "step at 8 GPUs with FP32/TF32 and AMP (9.5-13.1 ms beyond dpsim's DDP step). The model "
+    "adds that wait: the slowest of n ranks' input batches, s x batch x E[max of n standard "
+    "normals], s (seconds per image) per decode site (host, gpu) fitted on training rows. "
+    "Relative to the step (batch / the GPU's images/s) the wait is s x images/s x E[max]: "
+    "it grows with the GPU's rate, which AMP raises 2.6-3.6x in these tables. A core-count "
+    "ceiling does not explain the losses: a DGX A100 has 128 CPU cores, so 8 ranks x 16 "
+    "DataLoader workers get one core each, as many workers per rank as the 1-GPU run, yet "
+    "PyTorch's AMP run loses 15.9 % there. "
+    "The READMEs publish no breakdown of "
+    "the step, so the cause is inferred from which runs lose, not measured.")
 
 
 def family(goal: float) -> dict[str, Any]:
     """The results entry of this family (`goal`: the largest error allowed at any point)."""
     ev = evaluate()
+    w = ev["with_wait"]
+    met = w["held_out_worst"] <= goal and w["fit_residual_worst"] <= goal
     return {"goal": f"DDP step time and scaling efficiency within {goal:.0%} at every "
                     "multi-GPU point, predicted from each table's 1-GPU row",
-            "value": {"median": ev["median"], "worst": ev["worst"]},
-            "goal_met": ev["worst"] <= goal, "worst_case": ev["worst_case"],
-            "n_points": ev["n_points"],
+            "value": {"median": w["held_out_median"], "worst": w["held_out_worst"]},
+            "goal_met": met, "worst_case": w["held_out_worst_case"],
+            "n_points": ev["n_points"], "n_held_out": sum(r["held_out"] for r in w["rows"]),
             "fitted": {"device_efficiency_by_table": ev["efficiency_by_table"],
-                       "on": "each table's 1-GPU row (an input, not a prediction); every "
-                             "multi-GPU row is held out"},
-            "worst_by_precision": ev["worst_by_precision"],
-            "straggler_extension": ev["straggler_extension"], "why_missed": WHY_MISSED,
-            "tf32_peak": TF32_SOURCE, "tables": ev["tables"], "note": ev["note"],
+                       "on": "each table's 1-GPU row (an input, not a prediction)",
+                       "s_per_image": w["s_per_image"], "s_fitted_on": ev["fitted_on"]},
+            "fit_residual_worst": w["fit_residual_worst"],
+            "worst_by_precision": w["held_out_worst_by_precision"],
+            "ddp_alone": ev["ddp_alone"], "ddp_alone_held_out": ev["ddp_alone_held_out"],
+            "mirror_split": ev["mirror"],
+            "leave_one_table_out": ev["leave_one_table_out"], "variants": ev["variants"],
+            "why": WHY, "cpu_source": CPU_SOURCE, "input_pipelines": ev["input_pipelines"],
+            "tf32_peak": TF32_SOURCE,
+            "tables": ev["tables"], "note": ev["note"],
             "clusters": {t["cluster"]: SOURCES[t["cluster"]] for t in ev["tables"].values()},
-            "rows": ev["rows"]}
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f} %"
-
-
-def section(fam: dict[str, Any]) -> list[str]:
-    """docs/validation.md's section for this family: every point, the extension, sources."""
-    ext = fam["straggler_extension"]
-    out = ["## NVIDIA ResNet-50 multi-GPU scaling (DDP strategy)", "",
-           f"Goal: {fam['goal']}. Held-out median {fam['value']['median']:.1%}, worst "
-           f"{fam['value']['worst']:.1%} (`{fam['worst_case']['table']}`, "
-           f"{fam['worst_case']['n_gpus']} GPUs); goal met: {fam['goal_met']}. Error per "
-           "point: the larger of |step error| and |scaling error|. Input (not predicted): "
-           "each table's 1-GPU row, which sets the GPU's achieved fraction of peak "
-           f"`{json.dumps(fam['fitted']['device_efficiency_by_table'])}`. Worst by precision: "
-           + ", ".join(f"{k} {v:.1%}" for k, v in fam["worst_by_precision"].items()) + ".", "",
-           "Workload: `get_workload(\"resnet50\")` (25.6 M parameters in six stages); DDP's "
-           "buckets (1 MiB first, 25 MiB after) are built over one gradient per stage, not "
-           "torchvision's 161 tensors; gradients are fp16 only where the framework keeps "
-           "16-bit parameters (MXNet float16).", "",
-           WHY_MISSED, "",
-           "| table | GPUs | batch/GPU | published s | dpsim s | error | published scaling | "
-           "dpsim scaling | error |", "|---|---|---|---|---|---|---|---|---|"]
-    out += [f"| {r['table']} | {r['n_gpus']} | {r['batch_per_gpu']} | {r['published_s']} | "
-            f"{r['predicted_s']} | {_pct(r['error'])} | {r['published_efficiency']} | "
-            f"{r['predicted_efficiency']} | {_pct(r['efficiency_error'])} |"
-            for r in fam["rows"]]
-    out += ["", "Not shipped, tested here: each step waits for the slowest of n ranks, "
-            "+ c x E[max of n standard normals] x the 1-GPU step. Fitted on "
-            f"{ext['fitted_on']}: c = {ext['c']}. Held out: median {ext['held_out_median']:.1%}, "
-            f"worst {ext['held_out_worst']:.1%} (fit residual, worst "
-            f"{ext['fit_residual_worst']:.1%}).", "",
-            "| table | GPUs | with the term, s | step error | scaling error | held out |",
-            "|---|---|---|---|---|---|"]
-    out += [f"| {r['table']} | {r['n_gpus']} | {r['predicted_s']} | {_pct(r['error'])} | "
-            f"{_pct(r['efficiency_error'])} | {r['held_out']} |" for r in ext["rows"]]
-    out += ["", "Sources (throughput in img/s; published step = batch x GPUs / throughput, "
-            "published scaling = n-GPU / (n x 1-GPU throughput)):", ""]
-    for name, t in fam["tables"].items():
-        s, b = t["source"], t["batch_source"]
-        out.append(f"- `{name}`: {s['repo']}, `{s['path']}` at commit `{s['commit']}`, "
-                   f"{s['where']}. Batch per GPU: `{b['path']}`, {b['where']}. Cluster "
-                   f"preset `{t['cluster']}`, device `{t['device']}`. All-reduce: "
-                   f"{t['all_reduce']}.")
-    out += [f"- cluster `{name}`: {text}." for name, text in fam["clusters"].items()]
-    out += [f"- TF32 peak: {fam['tf32_peak']}.", f"- {fam['note']}", ""]
-    return out
+            "rows": ev["rows"], "rows_with_wait": w["rows"]}
