@@ -68,3 +68,15 @@ def test_chapter_2_quotes_the_left_out_runs_benchmark() -> None:
         round(100 * runs["median"])
     assert _quoted(text, r"over its points, (\d+) % within 30 %") == \
         round(100 * runs["within_30_percent"])
+
+
+@pytest.mark.parametrize(("family", "pattern"), [
+    ("pytorch_ddp_benchmark", r"every point within (\d+\.\d) %"),
+    ("nvidia_resnet50_scaling", r"2-16 GPUs \(held out: median (\d+\.\d) %"),
+    ("fsdp_zero3_throughput_at_scale", r"8-512 GPUs \(held out: median (\d+\.\d) %"),
+])
+def test_chapter_7_quotes_the_step_time_families(family: str, pattern: str) -> None:
+    value = RESULTS["families"][family]["value"]
+    text = _markdown("07_choosing_a_strategy.ipynb")
+    quoted = value["worst"] if "every point" in pattern else value["median"]
+    assert _quoted(text, pattern) == round(100 * quoted, 1)
