@@ -91,8 +91,8 @@ class DDPRecorder:
         self._t0 = 0.0
         self._step = 0
         ddp.register_comm_hook(None, self._make_hook())
-        for i, (_, p) in enumerate(params):
-            p.register_post_accumulate_grad_hook(self._ready_hook(i))
+        self._handles = [p.register_post_accumulate_grad_hook(self._ready_hook(i))
+                         for i, (_, p) in enumerate(params)]
 
     def _ready_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         ready, clock = self._ready, time.perf_counter
@@ -158,11 +158,30 @@ class DDPRecorder:
         """Turn the step's timestamps (time.perf_counter) into events of this rank."""
         ready = {n: at for n, at in zip(self.param_names, self._ready, strict=True)
                  if at >= self._t0}
+        if self._step == LEARN_STEPS:
+            self._keep_last_of_each_layer(ready)
         comm = {i: (s, e) for i, (s, e) in enumerate(zip(self._starts, self._ends,
                                                           strict=True)) if s >= self._t0}
         self.steps.append(step_events(
             self.rank, self._t0, (forward_end, backward_end, step_end), ready, comm,
             {i: b.nbytes for i, b in self.buckets.items()}, self.layer_of))
+
+
+    def _keep_last_of_each_layer(self, ready: dict[str, float]) -> None:
+        """Keep the gradient-ready hook of each layer's last parameter only.
+
+        The backward segments need only when each layer's last gradient was ready
+        (`step_events`); the order within a layer is the graph's, the same every step.
+        """
+        last: dict[str, str] = {}
+        for name, at in ready.items():
+            layer = self.layer_of[name]
+            if layer not in last or at >= ready[last[layer]]:
+                last[layer] = name
+        keep = set(last.values())
+        for name, handle in zip(self.param_names, self._handles, strict=True):
+            if name in ready and name not in keep:
+                handle.remove()
 
 
 def step_events(rank: int, t0: float, phase_ends: tuple[float, float, float],
