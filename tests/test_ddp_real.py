@@ -42,8 +42,8 @@ TRAIN = DDPRunConfig(n_samples=96, batch_size=8, steps=9, seed_per_rank=True, pr
 BUCKET_MODELS = {  # name: (config, buckets DDP builds)
     "mlp, default caps (first bucket 1 MiB)": (
         DDPRunConfig(hidden=600, depth=3, steps=1, batch_size=4, progress=False), 2),
-    "cnn, bucket_cap_mb=0.01": (
-        DDPRunConfig(model="cnn", hidden=16, depth=3, steps=1, batch_size=4,
+    "cnn, bucket_cap_mb=0.01": (  # 3 steps: the recorder keeps fewer hooks after the first
+        DDPRunConfig(model="cnn", hidden=16, depth=3, steps=3, batch_size=4,
                      bucket_cap_mb=0.01, progress=False), 3),
     "small mlp, one bucket (rebuilt in gradient order)": (
         DDPRunConfig(hidden=16, depth=2, steps=1, batch_size=4, progress=False), 1),
@@ -138,6 +138,12 @@ def test_the_recorded_step_is_a_consistent_trace(runs: list[dict[str, Any]]) -> 
     b = step_result(trace)
     assert b.step_s > 0
     assert b.comm_s > 0
+    # the first recorded step had a hook on every parameter, the last one on each layer's
+    # last parameter only: the same layers, in the same order, and every bucket
+    first = Trace("measured", events=recording.steps[0])
+    assert len(recording.steps) == 3
+    assert [e.label for e in first.filter(kind="backward")] == [e.label for e in backward]
+    assert [e.label for e in first.filter(stream="comm")] == [e.label for e in comm]
 
 
 @pytest.mark.slow

@@ -1,14 +1,8 @@
 """Record a real DDP step as a measured Trace: its buckets, their all-reduces, backward.
 
-`DDPRecorder` attaches to a DistributedDataParallel module:
-
-* a communication hook that notes the bucket (which parameters, how many bytes) and the
-  time, then performs the all-reduce exactly as DDP's default does (divide by the world
-  size, all_reduce asynchronously) and notes the time it completes;
-* a post-accumulate-grad hook on every parameter that notes when its gradient is ready,
-  which splits backward into per-layer segments.
-
-The hooks only stamp times into slots made beforehand; events are built after the step.
+`DDPRecorder` (dpsim.runtime.ddp_step_recorder) attaches to a DistributedDataParallel
+module: a communication hook stamps when each bucket's all-reduce starts and completes,
+and a post-accumulate-grad hook on every parameter stamps when its gradient is ready.
 
 `record_ddp` launches ranks that train a few steps with the recorder, optionally measure
 this machine (achieved FLOP/s per rank, gloo all-reduce alpha and beta, DDP's own host
@@ -23,7 +17,6 @@ import copy
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -34,6 +27,9 @@ from dpsim.hardware import Cluster, Device, Link
 from dpsim.runtime.calibrate_links import LINK_SIZES as LINK_SIZES
 from dpsim.runtime.calibrate_links import measure_link as measure_link
 from dpsim.runtime.capture import workload_from_module
+from dpsim.runtime.ddp_step_recorder import DDPRecorder as DDPRecorder
+from dpsim.runtime.ddp_step_recorder import ObservedBucket as ObservedBucket
+from dpsim.runtime.ddp_step_recorder import step_events as step_events
 from dpsim.runtime.ddp_train import (
     DDPRunConfig,
     bucket_caps_mb,
@@ -46,15 +42,6 @@ from dpsim.strategies.ddp import Bucket, DDPConfig, build_buckets, grad_tensors,
 from dpsim.trace import Event, Trace
 from dpsim.validation import require_int
 from dpsim.workload import Workload
-
-
-@dataclass(frozen=True)
-class ObservedBucket:
-    """A bucket as DDP really built it."""
-
-    index: int
-    params: tuple[str, ...]  # parameter names, in the bucket's order
-    nbytes: int
 
 
 def param_nbytes(module: nn.Module) -> list[tuple[str, int]]:
@@ -76,119 +63,6 @@ def gradient_ready_order(module: nn.Module, x: torch.Tensor, y: torch.Tensor) ->
             p.register_post_accumulate_grad_hook(lambda _, name=name: order.append(name))
     nn.functional.cross_entropy(model(x), y).backward()
     return order
-
-
-class DDPRecorder:
-    """Attach to a DDP module before its first step; call begin()/end() around each step.
-
-    The hooks only write a timestamp into a slot made for them beforehand (no lists grown,
-    no events built, no synchronisation); end() turns the step's timestamps into events
-    after the step's timing has ended (`step_events`).
-    """
-
-    def __init__(self, ddp: Any) -> None:
-        self.ddp = ddp
-        self.rank = dist.get_rank()
-        self.world_size = dist.get_world_size()
-        self.names = {id(p): n for n, p in ddp.module.named_parameters()}
-        params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
-        self.param_names = [n for n, _ in params]
-        self.layer_of = {n: n.rsplit(".", 1)[0] if "." in n else n for n in self.names.values()}
-        self.buckets: dict[int, ObservedBucket] = {}
-        self.steps: list[list[Event]] = []
-        self._ready = [0.0] * len(params)  # per parameter: when its gradient was ready
-        self._comm: dict[int, list[float]] = {}  # per bucket: [start, end], reused each step
-        self._slots: dict[int, tuple[list[float], Any]] = {}
-        self._group: Any = getattr(ddp, "process_group", None) or dist.group.WORLD
-        self._options = dist.AllreduceOptions()  # a sum, as DDP's own all-reduce
-        self._t0 = 0.0
-        self._step = 0
-        ddp.register_comm_hook(None, self._hook)
-        for i, (_, p) in enumerate(params):
-            p.register_post_accumulate_grad_hook(self._ready_hook(i))
-
-    def _ready_hook(self, i: int) -> Any:
-        ready, clock = self._ready, time.perf_counter
-
-        def hook(_: torch.Tensor) -> None:
-            ready[i] = clock()
-        return hook
-
-    def _hook(self, state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        start = time.perf_counter()
-        buffer = bucket.buffer()
-        index = bucket.index()
-        slot = self._slots.get(index)
-        if slot is None or self._step <= 2:  # DDP rebuilds its buckets in step 2
-            self.buckets[index] = ObservedBucket(
-                index, tuple(self.names[id(p)] for p in bucket.parameters()),
-                buffer.numel() * buffer.element_size())
-            slot = self._slots[index] = self._slot()
-            self._comm[index] = slot[0]
-        slot[0][0] = start
-        buffer.div_(self.world_size)  # what DDP's own all-reduce does, on its process group
-        return self._group.allreduce([buffer], self._options).get_future().then(slot[1])
-
-    @staticmethod
-    def _slot() -> tuple[list[float], Any]:
-        """A bucket's [start, end] and the callback that stamps its end (made once)."""
-        times, clock = [0.0, 0.0], time.perf_counter
-
-        def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            times[1] = clock()
-            return f.value()[0]
-        return times, done
-
-    def begin(self) -> None:
-        """Mark the start of a step (call before forward)."""
-        self._step += 1
-        for times in self._comm.values():
-            times[0] = times[1] = 0.0
-        self._t0 = time.perf_counter()
-
-    def end(self, forward_end: float, backward_end: float, step_end: float) -> None:
-        """Turn the step's timestamps (time.perf_counter) into events of this rank."""
-        ready = {n: at for n, at in zip(self.param_names, self._ready, strict=True)
-                 if at >= self._t0}
-        comm = {i: (s, e) for i, (s, e) in self._comm.items() if s >= self._t0}
-        self.steps.append(step_events(
-            self.rank, self._t0, (forward_end, backward_end, step_end), ready, comm,
-            {i: b.nbytes for i, b in self.buckets.items()}, self.layer_of))
-
-
-def step_events(rank: int, t0: float, phase_ends: tuple[float, float, float],
-                ready: dict[str, float], comm: dict[int, tuple[float, float]],
-                bucket_nbytes: dict[int, int], layer_of: dict[str, str]) -> list[Event]:
-    """One rank's step as events, from its timestamps (seconds of one clock).
-
-    `t0`: the step's start; `phase_ends`: when forward, backward and the optimizer ended;
-    `ready`: parameter name -> when its gradient was ready; `comm`: bucket index ->
-    (all-reduce start, end); `bucket_nbytes`: bucket index -> bytes; `layer_of`: parameter
-    name -> layer name. Backward is split at the times each layer's last gradient was
-    ready, in that order; times in the events are seconds from `t0`.
-    """
-    forward_end, backward_end, step_end = phase_ends
-    events = [Event(rank, "compute", "forward", 0.0, forward_end - t0, label="forward")]
-    layers: dict[str, float] = {}
-    for name, at in ready.items():
-        layer = layer_of[name]
-        layers[layer] = max(layers.get(layer, at), at)
-    cursor = forward_end
-    for layer, at in sorted(layers.items(), key=lambda kv: kv[1]):
-        events.append(Event(rank, "compute", "backward", cursor - t0, at - t0, label=layer))
-        cursor = at
-    events.append(Event(rank, "compute", "optimizer", backward_end - t0, step_end - t0,
-                        label="optimizer"))
-    for index, (start, end) in sorted(comm.items()):
-        events.append(Event(rank, "comm", "all_reduce", start - t0, max(end, start) - t0,
-                            bucket_nbytes[index], f"bucket {index}"))
-    return events
-
-
-# DDP checks a hook's annotations as objects; `from __future__ import annotations` made
-# them strings, so put the real ones back.
-DDPRecorder._hook.__annotations__.update(
-    bucket=dist.GradBucket, state=object, **{"return": torch.futures.Future[torch.Tensor]})
 
 
 @dataclass
