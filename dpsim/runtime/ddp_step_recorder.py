@@ -14,20 +14,16 @@ built, no dictionary looked up); which parameters each bucket holds is noted dur
 first steps only (DDP rebuilds its buckets in step 2), and events are built after the step.
 
 What a Python comm hook costs (measured on this 2-core CPU, one gloo rank, 20 small
-buckets, a plain DDP step timed in turn): the callback that stamps an all-reduce's end runs
-on gloo's worker thread, which has no Python thread state, so pybind11 makes one to take
-the GIL and deletes it after every callback; keeping it alive (`_keep_thread_state`, once
-per thread) saved 4 to 15 us per bucket, and the thinner hook about as much again (about
-55 us per bucket before, 37 after). What is left is DDP's own price for any Python comm
-hook: a Python call and a callback per bucket, and the division by the world size as a
-pass of its own (about 36 us per MB here; DDP fuses it into the copy into the bucket when
-no hook is registered). benchmarks/ddp.py measures the whole recorder on 2 ranks.
+buckets, a plain DDP step timed in turn): the thinner hook saves about a third of the
+recorder's cost per bucket. What is left is DDP's own price for any Python comm hook: a
+Python call and a callback per bucket (the callback runs on gloo's worker thread, which
+pybind11 gives a fresh Python thread state each time), and the division by the world size
+as a pass of its own (about 36 us per MB here; DDP fuses it into the copy into the bucket
+when no hook is registered). benchmarks/ddp.py measures the whole recorder on 2 ranks.
 """
 
 from __future__ import annotations
 
-import ctypes
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,22 +44,6 @@ class ObservedBucket:
     index: int
     params: tuple[str, ...]  # parameter names, in the bucket's order
     nbytes: int
-
-
-_kept: set[int] = set()  # threads whose Python state is kept alive
-
-
-def _keep_thread_state() -> None:
-    """Keep this thread's Python thread state alive after the callback returns.
-
-    pybind11 gives a thread that is not Python's a fresh thread state each time it takes
-    the GIL and deletes it when the count of its holders drops to zero; one more
-    PyGILState_Ensure, never released, keeps the count above zero. Once per thread.
-    """
-    ident = threading.get_ident()
-    if ident not in _kept:
-        _kept.add(ident)
-        ctypes.pythonapi.PyGILState_Ensure()
 
 
 class DDPRecorder:
@@ -141,7 +121,6 @@ class DDPRecorder:
 
         def done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
             ends[index] = clock()
-            _keep_thread_state()
             return f.value()[0]
         return done
 
