@@ -82,3 +82,19 @@ def test_8_3_reference_is_the_myths_lab_prediction() -> None:
 
     model = make_model([HIDDEN] * (N_LAYERS + 1), 0)
     assert torch_bucket_sizes(model, 25.0, 1.0) == predicted_buckets()
+
+
+def test_torch_joins_a_group_without_a_barrier_so_the_check_adds_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rank_specs.join` barriers before it destroys a check's group because torch's
+    init_process_group does not (unless TORCH_DIST_INIT_BARRIER=1): a rank whose function
+    does no collective would otherwise close its side while a peer is still joining."""
+    import inspect
+
+    from torch.distributed import distributed_c10d
+
+    from dpsim.course.grading import rank_specs
+
+    monkeypatch.delenv("TORCH_DIST_INIT_BARRIER", raising=False)
+    assert distributed_c10d._is_barrier_after_init() == 0
+    assert "dist.barrier()" in inspect.getsource(rank_specs.join)

@@ -31,12 +31,20 @@ TIMEOUT_S = 180.0
 
 @contextlib.contextmanager
 def join(rank: int, world_size: int, init_method: str) -> Iterator[None]:
-    """The default process group of this spec (gloo), destroyed on the way out."""
+    """The default process group of this spec (gloo), destroyed on the way out.
+
+    After the learner's function returns, a barrier before the group is destroyed: torch's
+    gloo `init_process_group` returns on a rank as soon as its own side is connected (no
+    barrier unless TORCH_DIST_INIT_BARRIER=1), so a rank whose function does no collective
+    could otherwise close its connections while a peer is still joining, and that peer
+    would fail with gloo's "Connection closed by peer" instead of returning its answer."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
     try:
         yield
+        if dist.is_initialized():
+            dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
