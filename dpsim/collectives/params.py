@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from dpsim.collectives.link_constants import (
     ACHIEVED_FRACTION,
@@ -75,12 +76,10 @@ class ModelParams:
         """The NVLS fraction of the NVSwitch behind `link` (by its name)."""
         return self.nvls_fractions.get(link.name, self.nvls_fraction)
 
-    def fill_s(self, link: Link, nbytes: float) -> float:
-        """The fill term of a collective of `nbytes` whose bottleneck is `link`, seconds
-        (0 where `link` has no fitted fill)."""
+    def fill_s(self, link: Link, nbytes: Any) -> Any:
+        """The fill term of a collective of `nbytes` (a number or a numpy array of sizes)
+        whose bottleneck is `link`, seconds (0 where `link` has no fitted fill, and at 0 B)."""
         k = self.fill_us.get(link.name, 0.0)
-        if k == 0.0 or nbytes <= 0:
-            return 0.0
         return k * 1e-6 * nbytes / (nbytes + self.fill_bytes.get(link.name, 1.0))
 
 

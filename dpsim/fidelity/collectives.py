@@ -145,10 +145,8 @@ def run_predictions(pts: Sequence[Point], params: ModelParams = DEFAULT_PARAMS
             sizes = tuple(p.nbytes for p in pts)
             times[i] += per_byte * s * (1 / _corrections(sizes, proto, nvls_node) - 1)
     best = times.argmin(axis=0)  # first of equal times: NCCL's order, as `choose`
-    link = bottleneck(cluster, shape)  # the fill term: the same for every pair
-    k, s0 = params.fill_us.get(link.name, 0.0), params.fill_bytes.get(link.name, 1.0)
-    fill = k * s / (s + s0)
-    return times.min(axis=0) * 1e6 + fill, [f"{options[j][0]}/{options[j][1]}" for j in best]
+    fill = params.fill_s(bottleneck(cluster, shape), s)  # the same for every pair
+    return (times.min(axis=0) + fill) * 1e6, [f"{options[j][0]}/{options[j][1]}" for j in best]
 
 
 @cache
@@ -162,7 +160,7 @@ def _uses(p: Point, params: ModelParams) -> tuple[Any, ...]:
     """Every constant of `params` the model reads for `p`'s run (the key of a cached run)."""
     c = CLUSTERS[p.cluster]
     inter = c.inter_node if p.n_nodes > 1 else None
-    link = bottleneck(c, GroupShape(p.n_nodes, p.ranks_per_node)).name
+    link = link_of(p)
     return (p.run, params.launch_us, params.fraction(c.intra_node), params.nvls(c.intra_node),
             None if inter is None else params.fraction(inter), params.ll_cap(inter),
             params.net_us(inter), params.fill_us.get(link), params.fill_bytes.get(link))
