@@ -4,15 +4,11 @@
 
 `--overhead-only` reruns part 1 and keeps part 2's numbers from the results file.
 
-1. Overhead: on 2 gloo ranks, a plain DDP model and one with `DDPRecorder` attached
-   (comm hook + per-parameter gradient hooks) train the same batch, one step of each in
-   turn (ABBA: the order alternates), after warm-up steps. Overhead of a configuration =
-   median over the pairs of (recorded step / plain step) - 1, each pair's two steps run
-   back to back so that a change in the machine's load reaches both (the ratio of the
-   median steps and of the fastest steps are recorded beside it). The pairs of two
-   launches (fresh processes) are pooled: one launch's value moves by up to 3 points from
-   one launch to the next; each launch's value is recorded beside the pooled one.
-   Goal: <= 5 % on every configuration (the worst decides).
+1. Overhead (benchmarks/ddp_overhead.py): on 2 gloo ranks, plain DDP, DDP with torch's
+   own Python comm hook and DDP with `DDPRecorder` attached train the same batch, one step
+   of each in turn. Overhead = median over the rounds of (recorded step / plain step) - 1,
+   the rounds of two launches pooled; torch's own hook, measured beside it, is the floor
+   for any recorder built on a Python comm hook. Goal: <= 5 % on every configuration.
 2. Prediction: in one launch the ranks calibrate this machine (`calibrate_device`: FLOP/s,
    memory bandwidth and per-operator cost of one rank's thread, the fastest of repeats in
    the thread's CPU time; `measure_link`: gloo all-reduce alpha and beta from the fastest
@@ -48,16 +44,12 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.ddp_overhead import load_average, measure_overhead, summary
 from benchmarks.goals import stamp
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ddp.json"
 WORLD_SIZE = 2
 TRIALS = 3
-PAIRS = 300  # recorded/plain step pairs per configuration and launch
-OVERHEAD_LAUNCHES = 2  # launches of part 1, their pairs pooled
-OVERHEAD_DEFINITION = ("per configuration: median over back-to-back pairs of (recorded step / "
-                       f"plain step) - 1, the pairs of {OVERHEAD_LAUNCHES} launches pooled")
-WARMUP_PAIRS = 3
 
 
 def _configs() -> list[Any]:
@@ -73,50 +65,6 @@ def _configs() -> list[Any]:
         replace(base, model="cnn", hidden=32, depth=3, batch_size=32),
         replace(base, model="cnn", hidden=64, depth=2, batch_size=32, n_features=192),
     ]
-
-
-def overhead_rank(rank: int, world_size: int, cfgs: list[Any], pairs: int
-                  ) -> list[dict[str, list[float]]]:
-    """Per config: step seconds of plain and recorded DDP, one step of each in turn."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from dpsim.runtime.ddp_recorder import DDPRecorder, timed_step
-    from dpsim.runtime.ddp_train import build_dataset, build_model
-    from dpsim.runtime.optimizers import build_optimizer
-
-    out = []
-    for cfg in cfgs:
-        x, y = (t[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
-                for t in build_dataset(cfg).tensors)
-        runs = {}
-        for name in ("plain", "recorded"):
-            ddp = DDP(build_model(cfg), bucket_cap_mb=cfg.bucket_cap_mb)
-            recorder = DDPRecorder(ddp) if name == "recorded" else None
-            runs[name] = (ddp, recorder, build_optimizer(cfg.optimizer, ddp.parameters(), cfg.lr))
-        times: dict[str, list[float]] = {"plain": [], "recorded": []}
-        for pair in range(pairs + WARMUP_PAIRS):  # DDP rebuilds its buckets in step 2
-            order = ("plain", "recorded") if pair % 2 == 0 else ("recorded", "plain")
-            for name in order:
-                ddp, recorder, opt = runs[name]
-                step_s = timed_step(ddp, opt, x, y, recorder)
-                if pair >= WARMUP_PAIRS:
-                    times[name].append(step_s)
-        out.append(times)
-    return out
-
-
-def overhead(times: dict[str, Any]) -> dict[str, Any]:
-    """The recorder's overhead from interleaved steps (fractions; see the module doc)."""
-    plain, recorded = times["plain"], times["recorded"]
-    per_launch = {"overhead_per_launch": times["per_launch"]} if "per_launch" in times else {}
-    return {**per_launch,
-            "overhead": statistics.median(r / p for r, p in zip(recorded, plain, strict=True))
-            - 1,
-            "overhead_of_medians": statistics.median(recorded) / statistics.median(plain) - 1,
-            "overhead_of_fastest": min(recorded) / min(plain) - 1,
-            "plain_step_s": statistics.median(plain),
-            "recorded_step_s": statistics.median(recorded),
-            "pairs": len(plain)}
 
 
 def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
@@ -140,10 +88,6 @@ def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
     runs = [record_rank(rank, world_size, cfg, warmup=3, record=False) for cfg in cfgs]
     return {"device": device, "link": link, "step_overhead_s": overhead_s, "runs": runs,
             "local_step_s": local}
-
-
-def _load() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _predictions(cfgs: list[Any], trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -221,15 +165,15 @@ def main(argv: list[str] | None = None) -> int:
 
     cfgs = _configs()
     started = time.perf_counter()
-    per_config, loads = _measure_overhead(cfgs, args.quick)
+    per_config, loads = measure_overhead(cfgs, WORLD_SIZE, args.quick)
     trials: list[dict[str, Any]] = []
     for _ in range(1 if args.quick else TRIALS):
-        load = _load()
+        load = load_average()
         ranks = launch(predict_rank, WORLD_SIZE, args=(cfgs,), backend="gloo", timeout_s=600)
-        trials.append({"ranks": ranks, "load_before": load, "load_after": _load()})
+        trials.append({"ranks": ranks, "load_before": load, "load_after": load_average()})
     rows = _predictions(cfgs, trials)
-    for row, times in zip(rows, per_config, strict=True):
-        row["recorder"] = overhead(times)
+    for row, recorder in zip(rows, per_config, strict=True):
+        row["recorder"] = recorder
     result = _result(rows, trials, loads, args.quick)
     result["machine"].update(torch=torch.__version__, threads_per_rank=trials[0]["ranks"][0][
         "runs"][0].threads)
@@ -241,35 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _measure_overhead(cfgs: list[Any], quick: bool) -> tuple[list[Any], dict[str, Any]]:
-    """Part 1 in OVERHEAD_LAUNCHES launches (fresh processes: the same configuration reads
-    up to 3 points apart from one launch to the next), each config's pairs pooled, with the
-    load average before and after."""
-    from dpsim.runtime.launch import launch
-
-    loads = {"before_overhead": _load()}
-    launches = [launch(overhead_rank, WORLD_SIZE, args=(cfgs, 20 if quick else PAIRS),
-                       backend="gloo", timeout_s=600)[0] for _ in range(OVERHEAD_LAUNCHES)]
-    loads["after_overhead"] = _load()
-    pooled = [{name: [t for run in runs for t in run[name]] for name in ("plain", "recorded")}
-              | {"per_launch": [overhead(run)["overhead"] for run in runs]}
-              for runs in zip(*launches, strict=True)]
-    return pooled, loads
-
-
 def _rerun_overhead(quick: bool) -> int:
     """Replace part 1's numbers in the results file; part 2's stay as they were measured."""
     started = time.perf_counter()
     result = json.loads(RESULTS.read_text())
-    per_config, loads = _measure_overhead(_configs(), quick)
-    for row, times in zip(result["rows"], per_config, strict=True):
-        row["recorder"] = overhead(times)
-    over = max(result["rows"], key=lambda r: r["recorder"]["overhead"])
-    result.update(recorder_overhead_definition=OVERHEAD_DEFINITION,
-                  recorder_overhead_worst=over["recorder"]["overhead"],
-                  recorder_overhead_worst_config=over["config"],
-                  recorder_overhead_median=statistics.median(
-                      r["recorder"]["overhead"] for r in result["rows"]),
+    per_config, loads = measure_overhead(_configs(), WORLD_SIZE, quick)
+    for row, recorder in zip(result["rows"], per_config, strict=True):
+        row["recorder"] = recorder
+    result.update(summary(result["rows"]),
                   recorder_overhead_seconds=time.perf_counter() - started,
                   quick=quick or result["quick"])
     machine = result["machine"]
@@ -287,18 +210,13 @@ def _result(rows: list[dict[str, Any]], trials: list[dict[str, Any]], loads: dic
             quick: bool) -> dict[str, Any]:
     errors = [(e, row["config"], t) for row in rows for t, e in enumerate(row["errors"])]
     worst = max(errors, key=lambda x: x[0])
-    over = max(rows, key=lambda r: r["recorder"]["overhead"])
     every_load = [x for x in (*loads.values(), *(t["load_before"] for t in trials),
                               *(t["load_after"] for t in trials)) if x is not None]
     return {
         "benchmark": "ddp",
         "world_size": WORLD_SIZE,
         "backend": "gloo",
-        "recorder_overhead_definition": OVERHEAD_DEFINITION,
-        "recorder_overhead_worst": over["recorder"]["overhead"],
-        "recorder_overhead_worst_config": over["config"],
-        "recorder_overhead_median": statistics.median(r["recorder"]["overhead"] for r in rows),
-        "recorder_overhead_goal": 0.05,
+        **summary(rows),
         "prediction_error_definition": "|predicted / fastest measured DDP step - 1| per "
                                        "configuration and trial; compute anchored on the "
                                        "step without DDP; nothing fitted to the DDP steps",
@@ -328,7 +246,9 @@ def _result(rows: list[dict[str, Any]], trials: list[dict[str, Any]], loads: dic
 
 def _report(result: dict[str, Any]) -> None:
     print(f"recorder overhead: worst {result['recorder_overhead_worst']:+.1%}, median "
-          f"{result['recorder_overhead_median']:+.1%} (goal: every config <= 5 %)")
+          f"{result['recorder_overhead_median']:+.1%} (goal: every config <= 5 %); torch's own "
+          f"Python hook: worst {result['python_hook_overhead_worst']:+.1%}, median "
+          f"{result['python_hook_overhead_median']:+.1%}")
     print(f"prediction error vs the fastest step: median {result['prediction_error_median']:.1%}"
           f", worst {result['prediction_error_worst']:.1%} (goal median <= 15 %); vs the "
           f"median step {result['prediction_error_median_vs_median_step']:.1%}; with the "
@@ -339,7 +259,8 @@ def _report(result: dict[str, Any]) -> None:
               f"cap {c['bucket_cap_mb']}: fastest " + ", ".join(
                   f"{m * 1e3:.2f}" for m in r["fastest_step_s"]) + " ms; predicted " +
               ", ".join(f"{p * 1e3:.2f}" for p in r["predicted_step_s"]) +
-              f" ms; recorder {r['recorder']['overhead']:+.1%}")
+              f" ms; recorder {r['recorder']['overhead']:+.1%}, torch's hook "
+              f"{r['recorder']['python_hook_overhead']:+.1%}")
     print(f"1-min load average: {result['machine']['load_average_min']:.1f} to "
           f"{result['machine']['load_average']:.1f}; wrote {RESULTS}")
 

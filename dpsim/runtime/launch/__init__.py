@@ -1,7 +1,9 @@
 """Run a Python function on N ranks of a real `torch.distributed` process group.
 
 `launch(fn, world_size)` starts one fresh Python process per rank (the `multiprocess`
-package, spawn start method), joins them into a process group and returns
+package: forked from its fork server, which imported torch once, where the platform has
+one; spawned otherwise and when `env` is given: `start`), joins them into a process group
+and returns
 `[fn(0, N), fn(1, N), ...]`. `fn` and its arguments are shipped with dill (globals it uses
 included), so lambdas, closures and functions defined in a notebook cell work; the
 launching script's `__main__` is not re-run in the ranks.
@@ -20,15 +22,17 @@ How it stays reliable in a notebook:
   stopped (SIGTERM, then SIGKILL) and reaped before `launch` returns or raises,
   KeyboardInterrupt included;
 * rank processes kill themselves when the launching process dies (PR_SET_PDEATHSIG on
-  Linux, a parent-watching thread elsewhere), so a kernel restart leaves no orphans.
+  Linux, a parent-watching thread elsewhere; a forked rank's parent is the fork server,
+  which ends with the launcher), so a kernel restart leaves no orphans.
 
 Only the standard library is imported at module level: torch is imported on use, after
 the rank's environment variables are set.
 
-The package, one job a module: `job` (`launch` and its join retries), `rank` (what runs
-inside a rank process), `supervise` (watching and stopping ranks), `states` (what a hung
-rank was doing), `pickling` (naming what dill cannot ship), `ports` (the rendezvous store
-and free ports), `backend` (choosing gloo or nccl), `errors`.
+The package, one job a module: `job` (`launch` and its join retries), `start` (fork
+server or spawn), `rank` (what runs inside a rank process), `supervise` (watching and
+stopping ranks), `states` (what a hung rank was doing), `pickling` (naming what dill
+cannot ship), `ports` (the rendezvous store and free ports), `backend` (choosing gloo or
+nccl), `errors`.
 """
 
 from __future__ import annotations

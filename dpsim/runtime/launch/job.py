@@ -23,6 +23,7 @@ from dpsim.runtime.launch.rank import (
     _RankSpec,
     _skip_main_reimport,
 )
+from dpsim.runtime.launch.start import launcher_stdio, start_context, start_method
 from dpsim.runtime.launch.states import joined_ranks, rank_state
 from dpsim.runtime.launch.supervise import _collect, _read_stacks, _stop, _trim_stack
 from dpsim.validation import require_choice, require_int, require_range
@@ -67,18 +68,21 @@ def launch(
 ) -> list[Any]:
     """Run `fn(rank, world_size, *args, **kwargs)` on `world_size` ranks; return results by rank.
 
-    Each rank is a fresh Python process (spawned) in which the default process group is
+    Each rank is a fresh Python process (`dpsim.runtime.launch.start`: forked from a fork
+    server that imported torch, or spawned) in which the default process group is
     initialised when `fn` starts (`backend`: "gloo", "nccl", or "auto" = nccl when there is
     one GPU per rank, else gloo; with nccl, rank r uses cuda:r) and destroyed after `fn`
     returns. `fn`, `args`, `kwargs` and the return values travel with dill.
 
-    `world_size`: 1..64 ranks. `timeout_s`: seconds (> 0, may be inf) for the whole launch,
-    start-up (about 1.5 s per rank-core: each rank imports torch) included. `master_addr`:
-    address of this machine the rendezvous binds to (loopback by default). `env`: extra
-    environment variables for the ranks (set before torch is imported there). Unless
-    OMP_NUM_THREADS is set, each rank uses usable-CPUs // world_size intra-op threads.
-    Prints of the ranks go to this process's stdout/stderr (so to the notebook). Ranks
-    end with os._exit after atexit handlers: files they write should be closed in `fn`.
+    `world_size`: 1..64 ranks. `timeout_s`: seconds (> 0, may be inf) for the whole
+    launch, start-up (forked: about 0.1 s for 2 ranks, after the fork server's first
+    start of about 2 s; spawned: about 1.5 s per rank-core, each rank imports torch)
+    included. `master_addr`: address of this machine the rendezvous binds to (loopback
+    by default). `env`: extra environment variables for the ranks (set before torch is
+    imported there: such a launch is spawned). Unless OMP_NUM_THREADS is set, each rank
+    uses usable-CPUs // world_size intra-op threads. Prints of the ranks go to this
+    process's stdout/stderr (so to the notebook). Ranks end with os._exit after atexit
+    handlers: files they write should be closed in `fn`.
 
     Raises `RankFailedError` when a rank raises or dies, `LaunchTimeoutError` when ranks do
     not finish in time, `ValueError` for bad arguments. All rank processes are gone when
@@ -98,14 +102,15 @@ def launch(
     if "OMP_NUM_THREADS" not in base_env and "OMP_NUM_THREADS" not in os.environ:
         num_threads = max(1, _usable_cpus() // world_size)
 
-    import multiprocess
-
-    ctx = multiprocess.get_context("spawn")
+    method = start_method(user_env)
+    if method == "forkserver":  # the fork server's environment is frozen when it starts
+        base_env = {**os.environ, **base_env}
+    ctx = start_context(method)
     _skip_main_reimport()
     job = _Job(
         ctx=ctx, payload=payload, world_size=world_size, backend=resolved,
         master_addr=master_addr, timeout_s=timeout_s, env=base_env, num_threads=num_threads,
-        sources=sources,
+        sources=sources, replace_env=method == "forkserver",
     )
     return _run_with_retries(job, time.monotonic() + timeout_s)
 
@@ -214,6 +219,7 @@ class _Job:
     env: dict[str, str]
     num_threads: int | None
     sources: dict[str, tuple[Any, ...]]
+    replace_env: bool = False  # `env` is the launcher's whole environment (fork server)
 
     def run(self, deadline: float) -> list[Any]:
         """Start all ranks, wait until `deadline` (time.monotonic s), stop them, return."""
@@ -252,6 +258,7 @@ class _Job:
             store_host=store_host, store_port=store_port, timeout_s=self.timeout_s,
             parent_pid=os.getpid(), payload=self.payload, store_prefix=store_prefix,
             env=rank_env, num_threads=self.num_threads, sources=self.sources,
+            replace_env=self.replace_env, stdio=launcher_stdio() if self.replace_env else (),
         )
 
     def _start_rank(self, spec: _RankSpec, procs: list[Any], conns: list[Any],

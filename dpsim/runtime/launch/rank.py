@@ -50,6 +50,8 @@ class _RankSpec:
     env: dict[str, str] = field(default_factory=dict)
     num_threads: int | None = None
     sources: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # linecache entries
+    replace_env: bool = False  # `env` is the launcher's whole environment (fork server)
+    stdio: tuple[Any, ...] = ()  # the launcher's fds 1 and 2, handed over (fork server)
 
 
 # --------------------------------------------------------------------------- launcher side
@@ -117,6 +119,14 @@ def _set_up_process(spec: _RankSpec, dump_conn: Any) -> None:
     _exit_with_parent(spec.parent_pid)
     # Ctrl-C / "interrupt kernel" is handled by the launching process, which stops ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if spec.replace_env:
+        _let_the_fork_server_end()
+        _fresh_numpy_seed()
+    for target, fd in zip((1, 2), spec.stdio, strict=False):  # the launcher's, not the server's
+        os.dup2(fd, target)
+        os.close(fd)
+    if spec.replace_env:  # forked from the fork server: its environment is from its start
+        os.environ.clear()
     os.environ.update(spec.env)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
@@ -141,8 +151,11 @@ def _run_fn(spec: _RankSpec) -> tuple[tuple[Any, ...], Any]:
         import torch
         import torch.distributed
 
-        if spec.num_threads is not None:
-            torch.set_num_threads(spec.num_threads)
+        threads = spec.num_threads
+        if threads is None and spec.replace_env:  # torch was imported before env was set
+            threads = _omp_threads(os.environ.get("OMP_NUM_THREADS", ""))
+        if threads is not None:
+            torch.set_num_threads(threads)
         phase = "init"
         store = _join_group(spec)
         phase = "fn"
@@ -155,6 +168,36 @@ def _run_fn(spec: _RankSpec) -> tuple[tuple[Any, ...], Any]:
         if phase == "init":
             summary = f"while joining the process group: {summary}"
         return ("error", summary, tb_text, type(exc).__name__, phase), store
+
+
+def _let_the_fork_server_end() -> None:
+    """Close this rank's copy of the fork server's "alive" pipe.
+
+    The server exits when every holder of that pipe's write end is gone; each forked
+    process gets a copy. Closed here, the launcher's death ends the server, and the server's
+    death kills this rank (PR_SET_PDEATHSIG), even while the dead launcher is a zombie.
+    """
+    from multiprocess import forkserver
+
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+def _fresh_numpy_seed() -> None:
+    """Give numpy's global generator fresh entropy, as a spawned rank's has (Python's
+    `random` reseeds itself after a fork; numpy's, imported with torch, would not)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def _omp_threads(value: str) -> int | None:
+    """OMP_NUM_THREADS as a thread count, None when unset or not a positive integer."""
+    return int(value) if value.strip().isdigit() and int(value) > 0 else None
 
 
 def _user_frames(exc: BaseException) -> TracebackType | None:
@@ -237,19 +280,40 @@ _RANK_FRAMES = tuple(f.__name__ for f in (
 
 
 def _exit_with_parent(parent_pid: int) -> None:
-    """Make this process die when the launching process dies."""
+    """Make this process die when the launching process (`parent_pid`) dies.
+
+    A spawned rank is the launcher's child; a rank forked from the fork server is the
+    server's, and the server exits when the launcher does. Either way the kernel kills the
+    rank when its parent dies, and a thread also watches the launcher itself.
+    """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() == parent_pid:
-                return  # armed before the parent could die
-            os._exit(1)
+                return  # a spawned rank, armed before its parent could die
+    parent = os.getppid()
+    if not _alive(parent_pid) or parent == 1:
+        os._exit(1)
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
+        while os.getppid() == parent and _alive(parent_pid):
             time.sleep(_PARENT_POLL_S)
         os._exit(1)
 
     threading.Thread(target=watch, name="dpsim-parent-watch", daemon=True).start()
 
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and, where /proc tells, is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
