@@ -10,16 +10,22 @@ import pytest
 from dpsim.runtime.launch import launch
 from dpsim.runtime.launch.start import start_method
 
-FORK_SERVER = sys.platform.startswith("linux")  # where multiprocess has one, among others
+FORK_SERVER = sys.platform.startswith("linux")  # ranks are forked on Linux only
 
 
-@pytest.mark.skipif(not FORK_SERVER, reason="multiprocess has a fork server on POSIX only")
+@pytest.mark.skipif(not FORK_SERVER, reason="ranks are forked from the fork server on Linux only")
 def test_ranks_are_forked_unless_the_launch_sets_variables(monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
     monkeypatch.delenv("DPSIM_START_METHOD", raising=False)
     assert start_method({}) == "forkserver"
     assert start_method({"OMP_NUM_THREADS": "1"}) == "spawn"  # read when torch loads
     monkeypatch.setenv("DPSIM_START_METHOD", "spawn")
+    assert start_method({}) == "spawn"
+
+
+def test_ranks_are_spawned_off_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DPSIM_START_METHOD", raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")
     assert start_method({}) == "spawn"
 
 
@@ -42,7 +48,7 @@ def _seen(rank: int, world_size: int) -> dict[str, object]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FORK_SERVER, reason="multiprocess has a fork server on POSIX only")
+@pytest.mark.skipif(not FORK_SERVER, reason="ranks are forked from the fork server on Linux only")
 def test_forked_ranks_see_the_launcher_s_environment_as_it_is_now(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DPSIM_START_METHOD", raising=False)

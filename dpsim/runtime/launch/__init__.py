@@ -1,9 +1,8 @@
 """Run a Python function on N ranks of a real `torch.distributed` process group.
 
 `launch(fn, world_size)` starts one fresh Python process per rank (the `multiprocess`
-package: forked from its fork server, which imported torch once, where the platform has
-one; spawned otherwise and when `env` is given: `start`), joins them into a process group
-and returns
+package: on Linux forked from its fork server, which imported torch once; spawned
+elsewhere and when `env` is given: `start`), joins them into a process group and returns
 `[fn(0, N), fn(1, N), ...]`. `fn` and its arguments are shipped with dill (globals it uses
 included), so lambdas, closures and functions defined in a notebook cell work; the
 launching script's `__main__` is not re-run in the ranks.
