@@ -1,14 +1,14 @@
 """How rank processes start: forked from a server that has imported torch, or spawned.
 
 A spawned rank is a fresh interpreter that imports torch (about 1.5 s of CPU per rank,
-the larger part of a small launch). On Linux, ranks are instead forked from multiprocess's
-fork server, a process started once per launching
-process that imports torch and the rank module first and never runs anything else (no
-threads, no CUDA), so every rank still starts clean. Launches that pass their own `env`
-are spawned: those variables must be set before torch is imported (OMP_NUM_THREADS, for
-one, is read when torch's OpenMP library loads). DPSIM_START_METHOD=spawn forces spawning.
-macOS has a fork server too, but a process that forks after loading Apple's frameworks (as
-torch does) may crash, which is why Python spawns there by default: ranks are spawned there.
+the larger part of a small launch). On Linux, ranks are instead forked from
+multiprocess's fork server, a process started once per launching process that imports
+torch and the rank module first and never runs anything else (no threads, no CUDA), so
+every rank still starts clean. Launches that pass their own `env` are spawned: those
+variables must be set before torch is imported (OMP_NUM_THREADS, for one, is read when
+torch's OpenMP library loads). DPSIM_START_METHOD=spawn forces spawning. macOS has a
+fork server too, but a process that forks after loading Apple's frameworks (as torch
+does) may crash, which is why Python spawns there by default: ranks are spawned there.
 
 A forked rank gets the launcher's environment and its standard output and error (file
 descriptors 1 and 2 as they are at the launch: a notebook's or pytest's capture) handed
