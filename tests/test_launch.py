@@ -28,6 +28,7 @@ from dpsim.runtime.launch import (
 )
 from dpsim.runtime.launch import job as launch_job
 from dpsim.runtime.launch import ports as launch_ports
+from dpsim.runtime.launch import rank as launch_rank
 
 try:
     import psutil
@@ -45,17 +46,7 @@ def _alive(pid: int) -> bool:
             return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return True
-    return state != "Z"
+    return launch_rank._alive(pid)
 
 
 def _spawned_descendants() -> list[int]:

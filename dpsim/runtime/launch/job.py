@@ -98,11 +98,12 @@ def launch(
     sources = _interactive_sources()
     base_env = _network_env(master_addr, resolved)
     base_env.update(user_env)
+    method = start_method(user_env)
     num_threads = None
     if "OMP_NUM_THREADS" not in base_env and "OMP_NUM_THREADS" not in os.environ:
         num_threads = max(1, _usable_cpus() // world_size)
-
-    method = start_method(user_env)
+    elif method == "forkserver":  # torch loaded in the server, before this variable is set
+        num_threads = _omp_threads(os.environ["OMP_NUM_THREADS"])
     if method == "forkserver":  # the fork server's environment is frozen when it starts
         base_env = {**os.environ, **base_env}
     ctx = start_context(method)
@@ -110,7 +111,7 @@ def launch(
     job = _Job(
         ctx=ctx, payload=payload, world_size=world_size, backend=resolved,
         master_addr=master_addr, timeout_s=timeout_s, env=base_env, num_threads=num_threads,
-        sources=sources, replace_env=method == "forkserver",
+        sources=sources,
     )
     return _run_with_retries(job, time.monotonic() + timeout_s)
 
@@ -166,6 +167,11 @@ def _network_env(master_addr: str, backend: str) -> dict[str, str]:
     return env
 
 
+def _omp_threads(value: str) -> int | None:
+    """OMP_NUM_THREADS as a thread count, None when it is not a positive integer."""
+    return int(value) if value.strip().isdigit() and int(value) > 0 else None
+
+
 def _usable_cpus() -> int:
     """CPUs this process may run on."""
     try:
@@ -219,7 +225,6 @@ class _Job:
     env: dict[str, str]
     num_threads: int | None
     sources: dict[str, tuple[Any, ...]]
-    replace_env: bool = False  # `env` is the launcher's whole environment (fork server)
 
     def run(self, deadline: float) -> list[Any]:
         """Start all ranks, wait until `deadline` (time.monotonic s), stop them, return."""
@@ -247,6 +252,7 @@ class _Job:
     def _spec(self, rank: int, store_host: str, store_port: int, store_prefix: str
               ) -> _RankSpec:
         """What rank `rank` needs, its torchrun-style environment variables included."""
+        forked = self.ctx.get_start_method() == "forkserver"
         rank_env = dict(self.env)
         rank_env.update(
             MASTER_ADDR=store_host, MASTER_PORT=str(store_port), RANK=str(rank),
@@ -258,7 +264,7 @@ class _Job:
             store_host=store_host, store_port=store_port, timeout_s=self.timeout_s,
             parent_pid=os.getpid(), payload=self.payload, store_prefix=store_prefix,
             env=rank_env, num_threads=self.num_threads, sources=self.sources,
-            replace_env=self.replace_env, stdio=launcher_stdio() if self.replace_env else (),
+            forked=forked, stdio=launcher_stdio() if forked else (),
         )
 
     def _start_rank(self, spec: _RankSpec, procs: list[Any], conns: list[Any],

@@ -50,8 +50,8 @@ class _RankSpec:
     env: dict[str, str] = field(default_factory=dict)
     num_threads: int | None = None
     sources: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # linecache entries
-    replace_env: bool = False  # `env` is the launcher's whole environment (fork server)
-    stdio: tuple[Any, ...] = ()  # the launcher's fds 1 and 2, handed over (fork server)
+    forked: bool = False  # from the fork server: `env` is the launcher's whole environment
+    stdio: tuple[Any, ...] = ()  # the launcher's fds 1 and 2, handed over when forked
 
 
 # --------------------------------------------------------------------------- launcher side
@@ -119,13 +119,12 @@ def _set_up_process(spec: _RankSpec, dump_conn: Any) -> None:
     _exit_with_parent(spec.parent_pid)
     # Ctrl-C / "interrupt kernel" is handled by the launching process, which stops ranks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if spec.replace_env:
+    if spec.forked:  # the server's stdio, environment and seeds are from its own start
         _let_the_fork_server_end()
         _fresh_numpy_seed()
-    for target, fd in zip((1, 2), spec.stdio, strict=False):  # the launcher's, not the server's
-        os.dup2(fd, target)
-        os.close(fd)
-    if spec.replace_env:  # forked from the fork server: its environment is from its start
+        for target, fd in zip((1, 2), spec.stdio, strict=False):
+            os.dup2(fd, target)
+            os.close(fd)
         os.environ.clear()
     os.environ.update(spec.env)
     for stream in (sys.stdout, sys.stderr):
@@ -151,11 +150,8 @@ def _run_fn(spec: _RankSpec) -> tuple[tuple[Any, ...], Any]:
         import torch
         import torch.distributed
 
-        threads = spec.num_threads
-        if threads is None and spec.replace_env:  # torch was imported before env was set
-            threads = _omp_threads(os.environ.get("OMP_NUM_THREADS", ""))
-        if threads is not None:
-            torch.set_num_threads(threads)
+        if spec.num_threads is not None:
+            torch.set_num_threads(spec.num_threads)
         phase = "init"
         store = _join_group(spec)
         phase = "fn"
@@ -193,11 +189,6 @@ def _fresh_numpy_seed() -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()
-
-
-def _omp_threads(value: str) -> int | None:
-    """OMP_NUM_THREADS as a thread count, None when unset or not a positive integer."""
-    return int(value) if value.strip().isdigit() and int(value) > 0 else None
 
 
 def _user_frames(exc: BaseException) -> TracebackType | None:
