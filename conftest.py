@@ -1,7 +1,7 @@
 """Every figure a notebook shows under nbval is checked as a learner would read it.
 
 After each notebook cell runs, the plotly figures among its outputs (dashboards' first
-drawing included) go through `dpsim.viz.checks.figure_problems`; a figure whose axis hides
+drawing included) go through `tests.support.figure_checks.figure_problems`; a figure whose axis hides
 its data, whose log axis spans too many decades, with an empty trace or panel, or with a
 cut-off table header fails that cell.
 """
@@ -28,11 +28,11 @@ def plotly_outputs(outputs: list[Any]) -> list[dict[str, Any]]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Fail an nbval cell whose figures have problems (see dpsim.viz.checks)."""
+    """Fail an nbval cell whose figures have problems (see tests.support.figure_checks)."""
     result = yield
     outputs = getattr(item, "test_outputs", None)
     if outputs:
-        from dpsim.viz.checks import figure_problems
+        from tests.support.figure_checks import figure_problems
 
         problems = []
         for fig in plotly_outputs(outputs):

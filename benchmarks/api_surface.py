@@ -4,7 +4,7 @@ Each `EntryPoint` names a public function, config dataclass or method, the calla
 one valid value per argument (`Arg`: name, value, kind). `then` runs on what a
 constructor returns (a config -> its simulation), so that a value a config accepts is also
 followed into the simulation. The fuzz (`benchmarks/fuzz_api.py`) perturbs one argument at
-a time from these values; the property test (`tests/test_api_properties.py`) draws
+a time from these values; the property test (`tests/api/test_api_properties.py`) draws
 arbitrary values for them. `discover()` lists what the modules export, so that a new public
 function that is neither in the table nor in `SKIPPED` shows up in the fuzz's results.
 """
@@ -36,24 +36,28 @@ KINDS = (INT, FLOAT, CHOICE, BOOL, NAME, OBJECT, INTS, FLOATS, CHOICES, OBJECTS,
          SHAPES, DATA)
 
 SIMULATOR_MODULES = (
-    "dpsim.hardware", "dpsim.workload", "dpsim.trace", "dpsim.memory", "dpsim.fsdp_shards",
-    "dpsim.compute", "dpsim.gil", "dpsim.gil_limits", "dpsim.collectives.cost",
-    "dpsim.collectives.ring",
-    "dpsim.collectives.schedule", "dpsim.collectives.fit", "dpsim.collectives.series",
-    "dpsim.strategies.base", "dpsim.strategies.single", "dpsim.strategies.dp_closed_form",
-    "dpsim.strategies.dp", "dpsim.strategies.ddp", "dpsim.strategies.fsdp",
-    "dpsim.strategies.fsdp_units", "dpsim.strategies.registry", "dpsim.planner",
-    "dpsim.collectives.nccl", "dpsim.gpu_specs", "dpsim.fidelity.collectives",
-    "dpsim.fidelity.memory", "dpsim.fidelity.report", "dpsim.fidelity.ddp",
-    "dpsim.precision", "dpsim.zero_partition", "dpsim.strategies.knobs",
-    "dpsim.strategies.hsdp", "dpsim.fidelity.resnet_scaling", "dpsim.fidelity.zero_paper",
-    "dpsim.fidelity.input_pipeline", "dpsim.fidelity.resnet_scaling_report",
-    "dpsim.fidelity.fsdp_scale", "dpsim.fidelity.fsdp_scale_report",
-    "dpsim.fidelity.fsdp_width",
-    "dpsim.collectives.group_cost",
-    "dpsim.compute_contention",
-    "dpsim.collectives.protocols", "dpsim.collectives.params",
-    "dpsim.fidelity.constants_block", "dpsim.fidelity.leave_run_out",
+    "dpsim.sim.hardware", "dpsim.sim.workload", "dpsim.sim.trace", "dpsim.sim.cost.memory",
+    "dpsim.sim.cost.fsdp_shards",
+    "dpsim.sim.cost.compute", "dpsim.sim.cost.gil", "dpsim.sim.cost.gil_limits",
+    "dpsim.sim.collectives.cost",
+    "dpsim.sim.collectives.ring",
+    "dpsim.sim.collectives.schedule", "dpsim.sim.collectives.fit", "dpsim.sim.collectives.series",
+    "dpsim.sim.strategies.base", "dpsim.sim.strategies.single",
+    "dpsim.sim.strategies.dp_closed_form",
+    "dpsim.sim.strategies.dp", "dpsim.sim.strategies.ddp", "dpsim.sim.strategies.fsdp",
+    "dpsim.sim.strategies.fsdp_units", "dpsim.sim.strategies.registry", "dpsim.sim.planner",
+    "dpsim.sim.collectives.nccl", "dpsim.sim.hardware.gpu_specs", "dpsim.sim.fidelity.collectives",
+    "dpsim.sim.fidelity.memory", "dpsim.sim.fidelity.report", "dpsim.sim.fidelity.ddp",
+    "dpsim.sim.cost.precision", "dpsim.sim.cost.zero_partition", "dpsim.sim.strategies.knobs",
+    "dpsim.sim.strategies.hsdp", "dpsim.sim.fidelity.resnet_scaling",
+    "dpsim.sim.fidelity.zero_paper",
+    "dpsim.sim.fidelity.input_pipeline", "dpsim.sim.fidelity.resnet_scaling_report",
+    "dpsim.sim.fidelity.fsdp_scale", "dpsim.sim.fidelity.fsdp_scale_report",
+    "dpsim.sim.fidelity.fsdp_width",
+    "dpsim.sim.collectives.group_cost",
+    "dpsim.sim.cost.compute_contention",
+    "dpsim.sim.collectives.protocols", "dpsim.sim.collectives.params",
+    "dpsim.sim.fidelity.constants_block", "dpsim.sim.fidelity.leave_run_out",
 )
 WIDGET_MODULES = (
     "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
@@ -67,28 +71,32 @@ _BUILDER = "builds ipywidgets controls; its explore/render function is in the ta
 _STRATEGY = "a strategy object; plan, scaling_curve and summary_table call every member"
 # Discovered names that are deliberately not fuzzed, and why.
 SKIPPED: dict[str, str] = {
-    "dpsim.gil.GILResult": _RESULT, "dpsim.planner.PlanResult": _RESULT,
-    "dpsim.planner.Crossover": _RESULT, "dpsim.memory.MemoryBreakdown": _RESULT,
-    "dpsim.collectives.series.RankTraffic": _RESULT,
-    "dpsim.collectives.series.SizeSeries": _RESULT,
-    "dpsim.collectives.ring.RingStep": _RESULT, "dpsim.collectives.ring.RingSend": _RESULT,
-    "dpsim.collectives.schedule.Round": _RESULT, "dpsim.strategies.ddp.Bucket": _RESULT,
-    "dpsim.strategies.ddp.ScalingPoint": _RESULT, "dpsim.strategies.fsdp_units.Unit": _RESULT,
-    "dpsim.strategies.dp.DPSummary": _RESULT, "dpsim.strategies.fsdp.FSDPSummary": _RESULT,
-    "dpsim.strategies.single.SingleSummary": _RESULT,
-    "dpsim.strategies.base.Placement": _RESULT, "dpsim.strategies.base.CrossoverTerms": _RESULT,
+    "dpsim.sim.cost.gil.GILResult": _RESULT, "dpsim.sim.planner.PlanResult": _RESULT,
+    "dpsim.sim.planner.Crossover": _RESULT, "dpsim.sim.cost.memory.MemoryBreakdown": _RESULT,
+    "dpsim.sim.collectives.series.RankTraffic": _RESULT,
+    "dpsim.sim.collectives.series.SizeSeries": _RESULT,
+    "dpsim.sim.collectives.ring.RingStep": _RESULT, "dpsim.sim.collectives.ring.RingSend": _RESULT,
+    "dpsim.sim.collectives.schedule.Round": _RESULT, "dpsim.sim.strategies.ddp.Bucket": _RESULT,
+
+    "dpsim.sim.strategies.ddp.ScalingPoint": _RESULT,
+    "dpsim.sim.strategies.fsdp_units.Unit": _RESULT,
+    "dpsim.sim.strategies.dp.DPSummary": _RESULT, "dpsim.sim.strategies.fsdp.FSDPSummary": _RESULT,
+    "dpsim.sim.strategies.single.SingleSummary": _RESULT,
+
+    "dpsim.sim.strategies.base.Placement": _RESULT,
+    "dpsim.sim.strategies.base.CrossoverTerms": _RESULT,
     "dpsim.widgets.collectives_explorer.Estimate": _RESULT,
     "dpsim.widgets.collectives_explorer.Preset": _RESULT,
-    "dpsim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
-    "dpsim.collectives.nccl.ModelParams": "the model's constants, built by the fitter; "
+    "dpsim.sim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
+    "dpsim.sim.collectives.nccl.ModelParams": "the model's constants, built by the fitter; "
                                           "every field is a number the fit sets",
-    "dpsim.collectives.params.ModelParams": "the model's constants, built by the fitter; "
+    "dpsim.sim.collectives.params.ModelParams": "the model's constants, built by the fitter; "
                                             "every field is a number the fit sets",
-    "dpsim.collectives.nccl.bottleneck": "which link of a checked cluster and group pays the "
+    "dpsim.sim.collectives.nccl.bottleneck": "which link of a checked cluster and group pays the "
                                          "fill term; fuzzed through nccl_time_s",
-    "dpsim.gpu_specs.GpuSpec": "datasheet rows, read by hardware at import",
-    **{f"dpsim.fidelity.{name}": "the validation harness over the shipped dataset; run by "
-                                 "python -m dpsim validate and tests/test_fidelity.py"
+    "dpsim.sim.hardware.gpu_specs.GpuSpec": "datasheet rows, read by hardware at import",
+    **{f"dpsim.sim.fidelity.{name}": "the validation harness over the shipped dataset; run by "
+                                 "python -m dpsim validate and tests/sim/test_fidelity.py"
        for name in ("collectives.Point", "collectives.load_runs", "collectives.points",
                     "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
                     "collectives.link_names", "collectives.fill_links", "collectives.fit",
@@ -115,9 +123,9 @@ SKIPPED: dict[str, str] = {
                     "zero_paper.printed", "zero_paper.errors", "zero_paper.table1_rows",
                     "zero_paper.bold_agrees", "zero_paper.table2_rows", "zero_paper.evaluate",
                     "zero_paper.family", "zero_paper.section")},
-    **{f"dpsim.fidelity.{name}": "the FSDP/ZeRO-3 throughput validation over its shipped "
+    **{f"dpsim.sim.fidelity.{name}": "the FSDP/ZeRO-3 throughput validation over its shipped "
                                  "dataset; run by python -m dpsim validate and "
-                                 "tests/test_fidelity_fsdp_scale.py"
+                                 "tests/sim/test_fidelity_fsdp_scale.py"
        for name in ("fsdp_scale.load", "fsdp_scale.workload", "fsdp_scale.cluster",
                     "fsdp_scale.settings", "fsdp_scale.step", "fsdp_scale.metric",
                     "fsdp_scale.implied_efficiency", "fsdp_scale.fit_point",
@@ -128,22 +136,27 @@ SKIPPED: dict[str, str] = {
                     "fsdp_scale_report.build",
                     "fsdp_scale_report.why", "fsdp_scale_report.summary_row",
                     "fsdp_scale_report.markdown", "fsdp_scale_report.console")},
-    **{f"dpsim.collectives.protocols.{name}": "NCCL's protocol tables, read by "
+    **{f"dpsim.sim.collectives.protocols.{name}": "NCCL's protocol tables, read by "
                                               "nccl.time_terms after it checks its arguments; "
                                               "fuzzed through it"
        for name in ("protocols_for", "bandwidth_factor", "nccl_latency_us",
                     "tree_correction")},
-    "dpsim.strategies.single.SingleStrategy": _STRATEGY,
-    "dpsim.strategies.dp.DPStrategy": _STRATEGY, "dpsim.strategies.ddp.DDPStrategy": _STRATEGY,
-    "dpsim.strategies.fsdp.FSDPStrategy": _STRATEGY,
-    "dpsim.strategies.hsdp.HSDPStrategy": _STRATEGY,
-    "dpsim.strategies.hsdp.HSDPTraffic": _RESULT,
-    "dpsim.gil_limits.simulation_steps": "the cost estimate simulate and schedule check "
-                                         "first; fuzzed through them",
-    "dpsim.gil_limits.check_steps": "the cost check simulate and schedule run first; fuzzed "
-                                    "through them",
-    "dpsim.gil_limits.check_threads": "the check schedule runs first; fuzzed through it",
-    "dpsim.collectives.ring.chunk_sizes": "the sizes behind chunk_bounds; fuzzed through it",
+    "dpsim.sim.strategies.single.SingleStrategy": _STRATEGY,
+
+    "dpsim.sim.strategies.dp.DPStrategy": _STRATEGY,
+    "dpsim.sim.strategies.ddp.DDPStrategy": _STRATEGY,
+    "dpsim.sim.strategies.fsdp.FSDPStrategy": _STRATEGY,
+    "dpsim.sim.strategies.hsdp.HSDPStrategy": _STRATEGY,
+    "dpsim.sim.strategies.hsdp.HSDPTraffic": _RESULT,
+    "dpsim.sim.cost.gil_limits.simulation_steps":
+        "the cost estimate simulate and schedule check "
+        "first; fuzzed through them",
+
+    "dpsim.sim.cost.gil_limits.check_steps":
+        "the cost check simulate and schedule run first; fuzzed "
+        "through them",
+    "dpsim.sim.cost.gil_limits.check_threads": "the check schedule runs first; fuzzed through it",
+    "dpsim.sim.collectives.ring.chunk_sizes": "the sizes behind chunk_bounds; fuzzed through it",
     "dpsim.widgets.dp_explorer.check_setting": "the check explore and render run first; "
                                                "fuzzed through them",
     "dpsim.widgets.strategy_dashboard.check_model": "the check StrategyExplorer.render runs "
@@ -151,8 +164,8 @@ SKIPPED: dict[str, str] = {
     "dpsim.widgets.strategy_dashboard.model_choices": "lists the dashboard's model names",
     "dpsim.widgets.strategy_dashboard.own_workload": "runs a learner's torch module; the "
                                                      "simulator's fuzz starts no torch model",
-    "dpsim.strategies.registry.register": "changes the registry every later call reads",
-    "dpsim.strategies.registry.unregister": "changes the registry every later call reads",
+    "dpsim.sim.strategies.registry.register": "changes the registry every later call reads",
+    "dpsim.sim.strategies.registry.unregister": "changes the registry every later call reads",
     "dpsim.widgets.memory_explorer.memory_explorer": _BUILDER,
     "dpsim.widgets.collectives_explorer.collectives_explorer": _BUILDER,
     "dpsim.widgets.ddp_explorer.ddp_explorer": _BUILDER,
@@ -199,7 +212,8 @@ class EntryPoint:
 
 
 def discover(modules: tuple[str, ...] = SIMULATOR_MODULES + WIDGET_MODULES) -> list[str]:
-    """Public functions and classes each module defines ("dpsim.memory.model_state_bytes")."""
+    """Public functions and classes each module defines
+    ("dpsim.sim.cost.memory.model_state_bytes")."""
     found = []
     for module_name in modules:
         module = importlib.import_module(module_name)
@@ -243,9 +257,22 @@ def label(name: str, value: str) -> Arg:
 
 def covers(entry_name: str, discovered: str) -> bool:
     """True when the entry point "memory.model_state_bytes" (or a method "hardware.Cluster.
-    link_for") covers the discovered name "dpsim.memory.model_state_bytes" ("...Cluster")."""
-    full = f"dpsim.{entry_name}"
+    link_for") covers the discovered name "dpsim.sim.cost.memory.model_state_bytes"
+    ("...Cluster")."""
+    head, _, rest = entry_name.partition(".")
+    full = f"{MODULES.get(head, 'dpsim.' + head)}.{rest}"
     return full == discovered or full.startswith(f"{discovered}.")
+
+
+# The table's short module names -> their dotted modules in the package.
+MODULES = {
+    **{m: f"dpsim.sim.{m}" for m in ("validation", "trace", "workload", "planner", "hardware",
+                                    "collectives", "strategies", "fidelity")},
+    **{m: f"dpsim.sim.cost.{m}" for m in ("compute", "compute_contention", "memory", "precision",
+                                         "zero_partition", "fsdp_shards", "gil", "gil_limits")},
+    "gpu_specs": "dpsim.sim.hardware.gpu_specs",
+    "cluster_presets": "dpsim.sim.hardware.presets",
+}
 
 
 @cache

@@ -28,19 +28,10 @@ from benchmarks.api_surface import (
     obj,
     real,
 )
-from dpsim import (
-    compute,
-    compute_contention,
-    fsdp_shards,
-    gil,
-    hardware,
-    memory,
-    planner,
-    trace,
-    workload,
-)
-from dpsim.collectives import cost, fit, ring, schedule, series
-from dpsim.strategies import base, ddp, dp, dp_closed_form, fsdp, single
+from dpsim.sim import hardware, planner, trace, workload
+from dpsim.sim.collectives import cost, fit, ring, schedule, series
+from dpsim.sim.cost import compute, compute_contention, fsdp_shards, gil, memory
+from dpsim.sim.strategies import base, ddp, dp, dp_closed_form, fsdp, single
 
 DTYPES = tuple(workload.DTYPE_BYTES)
 NAN, INF = math.nan, math.inf

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from benchmarks.api_surface import INTS, SHAPES, Arg, EntryPoint, choice, flag, integer, obj
 from benchmarks.api_table import OPT, STAGE, TINY
-from dpsim import precision as pr
-from dpsim import zero_partition as zp
-from dpsim.hardware import get_cluster
-from dpsim.memory import OPTIMIZERS, MemoryBreakdown
-from dpsim.strategies import fsdp, knobs
-from dpsim.workload import DTYPE_BYTES
+from dpsim.sim.cost import precision as pr
+from dpsim.sim.cost import zero_partition as zp
+from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown
+from dpsim.sim.hardware import get_cluster
+from dpsim.sim.strategies import fsdp, knobs
+from dpsim.sim.workload import DTYPE_BYTES
 
 POLICY = pr.precision_policy("torch_amp")
 NODE = get_cluster("h100-node")

@@ -37,10 +37,10 @@ from benchmarks.api_table import (
     WL,
     trace_arg,
 )
-from dpsim import planner
-from dpsim.collectives.cost import ALGORITHMS
-from dpsim.memory import PRECISIONS, ZERO_STAGES
-from dpsim.strategies import (
+from dpsim.sim import planner
+from dpsim.sim.collectives.cost import ALGORITHMS
+from dpsim.sim.cost.memory import PRECISIONS, ZERO_STAGES
+from dpsim.sim.strategies import (
     base,
     ddp,
     dp,
@@ -51,7 +51,7 @@ from dpsim.strategies import (
     registry,
     single,
 )
-from dpsim.workload import PRESETS
+from dpsim.sim.workload import PRESETS
 
 ALGO = choice("algorithm", "ring", ALGORITHMS)
 STRATEGY = choice("strategy", "ddp", registry.names())

@@ -1,12 +1,13 @@
 """Fuzz-table entries of the topology-aware collective model and the hardware presets
-(`dpsim.collectives.nccl`, `dpsim.collectives.group_cost`, `dpsim.gpu_specs`,
-`dpsim.fidelity`)."""
+(`dpsim.sim.collectives.nccl`, `dpsim.sim.collectives.group_cost`, `dpsim.sim.hardware.gpu_specs`,
+`dpsim.sim.fidelity`)."""
 
 from __future__ import annotations
 
 from benchmarks.api_surface import Arg, EntryPoint, choice, flag, integer, obj
-from dpsim import gpu_specs, hardware
-from dpsim.collectives import group_cost, nccl
+from dpsim.sim import hardware
+from dpsim.sim.collectives import group_cost, nccl
+from dpsim.sim.hardware import gpu_specs
 
 NAME = "name"
 IB4 = hardware.get_cluster("h100-ib-4")

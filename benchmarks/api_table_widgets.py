@@ -10,11 +10,11 @@ import math
 from typing import Any
 
 from benchmarks.api_surface import DATA, Arg, EntryPoint, choice, flag, integer, real
-from dpsim.collectives.cost import ALGORITHMS, COLLECTIVES
-from dpsim.hardware import CLUSTERS, DEVICES
-from dpsim.memory import OPTIMIZERS, PRECISIONS
-from dpsim.strategies.registry import names
-from dpsim.workload import PRESETS
+from dpsim.sim.collectives.cost import ALGORITHMS, COLLECTIVES
+from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
+from dpsim.sim.hardware import CLUSTERS, DEVICES
+from dpsim.sim.strategies.registry import names
+from dpsim.sim.workload import PRESETS
 
 
 def _render(**kw: Any) -> Any:

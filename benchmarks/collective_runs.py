@@ -1,5 +1,5 @@
 """The collective model on published runs it never saw: each nccl-tests run left out of the
-fit in turn (`dpsim.fidelity.leave_run_out`), about 80 s.
+fit in turn (`dpsim.sim.fidelity.leave_run_out`), about 80 s.
 
     python -m benchmarks collective_runs
 
@@ -19,7 +19,7 @@ MEDIAN_GOAL, EVERY_POINT_GOAL = 0.15, 0.30  # the issue's collective goals, on u
 
 def main(argv: list[str]) -> int:
     """Leave each run out, predict it, write the results file; return 0."""
-    from dpsim.fidelity.leave_run_out import evaluate
+    from dpsim.sim.fidelity.leave_run_out import evaluate
 
     result = {"benchmark": "collective_runs",
               "device": "this machine's CPU (the model is evaluated, nothing is timed)",

@@ -37,8 +37,8 @@ MiB = 2**20
 
 
 def _held_out_error(sizes: list[int], times: list[float], world_size: int) -> float:
-    from dpsim.collectives.cost import collective_time_s
-    from dpsim.runtime.calibrate_links import fit_alpha_beta
+    from dpsim.labs.ch02_collectives.calibrate_links import fit_alpha_beta
+    from dpsim.sim.collectives.cost import collective_time_s
 
     fit = fit_alpha_beta(sizes[::2], times[::2], world_size)
     errors = [abs(collective_time_s("all_reduce", s, world_size, fit.link) - t) / t
@@ -51,7 +51,7 @@ def _summary(world_size: int, sizes: list[int], hand: dict[int, float],
     """Ratios at 16/64 MiB and the calibrated model's errors, from one statistic's times."""
     from dataclasses import asdict
 
-    from dpsim.runtime.calibrate_links import fit_alpha_beta
+    from dpsim.labs.ch02_collectives.calibrate_links import fit_alpha_beta
 
     torch_times = [ref[s] for s in sizes]
     fit = fit_alpha_beta(sizes, torch_times, world_size, name="gloo on this machine")
@@ -75,7 +75,7 @@ def _summary(world_size: int, sizes: list[int], hand: dict[int, float],
 def samples_rank(rank: int, world_size: int, sizes: list[int], repeats: int
                  ) -> dict[str, dict[int, list[float]]]:
     """On one rank: timed samples per size; sizes up to 1 MiB (cheap, noisier) get 3x more."""
-    from dpsim.runtime.collective_workers import time_all_reduce_samples
+    from dpsim.labs.ch02_collectives.collective_workers import time_all_reduce_samples
 
     impls = ["hand", "torch"]
     small = time_all_reduce_samples(rank, world_size, [s for s in sizes if s <= MiB],
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from dpsim.runtime.calibrate_links import BENCHMARK_SIZES
+    from dpsim.labs.ch02_collectives.calibrate_links import BENCHMARK_SIZES
 
     sizes = list(BENCHMARK_SIZES)  # 1 KiB .. 64 MiB, x4
     if args.quick:

@@ -19,7 +19,7 @@
    Link and the Device scaled so that its compute equals the step without DDP
    (`scaled_device`): what is predicted is what DDP adds to a single process's step. On
    this CPU the ranks' compute threads take every core, so the all-reduces do not hide
-   behind backward (`dpsim.compute_contention`). Error = |predicted / fastest measured
+   behind backward (`dpsim.sim.cost.compute_contention`). Error = |predicted / fastest measured
    DDP step - 1| (the step other programs disturbed least, as in
    benchmarks/single_device.py); beside it the error against the median step and the
    error with the roofline-calibrated compute (no step without DDP). Nothing is fitted
@@ -53,7 +53,7 @@ TRIALS = 3
 
 
 def _configs() -> list[Any]:
-    from dpsim.runtime.ddp_train import DDPRunConfig
+    from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig
 
     base = DDPRunConfig(steps=30, progress=False, optimizer="sgd")
     return [
@@ -69,13 +69,13 @@ def _configs() -> list[Any]:
 
 def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
     """Calibrate this machine on every rank at once, then time plain DDP steps per config."""
-    from dpsim.runtime.calibrate import (
+    from dpsim.labs.ch01_single_device.calibrate import (
         calibrate_device,
         measure_ddp_step_overhead_s,
         measure_local_step_s,
     )
-    from dpsim.runtime.ddp_recorder import measure_link, record_rank
-    from dpsim.runtime.ddp_train import build_dataset, build_model
+    from dpsim.labs.ch05_ddp.ddp_recorder import measure_link, record_rank
+    from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
 
     link = measure_link()
     device = calibrate_device("cpu")
@@ -93,12 +93,12 @@ def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
 def _predictions(cfgs: list[Any], trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per config and trial: measured (fastest and median step of rank 0) and predicted,
     with the roofline-calibrated device and with its compute anchored on the local step."""
-    from dpsim.compute import step_compute_s
-    from dpsim.runtime.calibrate import scaled_device
+    from dpsim.labs.ch01_single_device.calibrate import scaled_device
+    from dpsim.labs.ch05_ddp.ddp_recorder import DDPRecording
+    from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
     from dpsim.runtime.capture import workload_from_module
-    from dpsim.runtime.ddp_recorder import DDPRecording
-    from dpsim.runtime.ddp_train import build_dataset, build_model
-    from dpsim.strategies.ddp import buckets_of, step_result
+    from dpsim.sim.cost.compute import step_compute_s
+    from dpsim.sim.strategies.ddp import buckets_of, step_result
 
     rows = []
     for i, cfg in enumerate(cfgs):

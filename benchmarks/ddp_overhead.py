@@ -16,7 +16,7 @@ torch's own hook is the floor for any recorder that times each bucket's all-redu
 Python comm hook: DDP then makes a Python call and a Python future callback per bucket and
 divides the bucket by the world size in a pass of its own (without a hook it divides while
 copying gradients into the bucket). gloo offers no other per-bucket completion time in
-torch 2.13 (tests/test_gloo_timing.py). The recorder's overhead beyond that floor is
+torch 2.13 (tests/runtime/test_gloo_timing.py). The recorder's overhead beyond that floor is
 (recorded step / step with torch's hook) - 1, per round.
 """
 
@@ -48,8 +48,8 @@ def overhead_rank(rank: int, world_size: int, cfgs: list[Any], pairs: int
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dpsim.runtime.ddp_recorder import DDPRecorder, timed_step
-    from dpsim.runtime.ddp_train import build_dataset, build_model
+    from dpsim.labs.ch05_ddp.ddp_recorder import DDPRecorder, timed_step
+    from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
     from dpsim.runtime.optimizers import build_optimizer
 
     orders = list(permutations(VARIANTS))

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dpsim.fidelity.goals import goals as fidelity_goals
+from dpsim.sim.fidelity.goals import goals as fidelity_goals
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -12,7 +12,7 @@ Beside it, the start-up of a launch that does nothing on 2 ranks, with ranks for
 the fork server (the default where there is one; the first launch also starts the server)
 and spawned (DPSIM_START_METHOD=spawn): seconds from `launch` called to returned.
 
-The unit tests (tests/test_launch.py) only check that these errors come, with a loose
+The unit tests (tests/runtime/test_launch.py) only check that these errors come, with a loose
 bound that catches a hang; the speed goal lives here.
 
 Writes benchmarks/results/launch.json (every number measured in this one run).

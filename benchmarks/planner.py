@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.planner
 
 1. One FSDP (ZeRO-3) step of a 96-layer transformer (GPT-3 175B shape) on 1024 devices:
-   `dpsim.planner.plan(..., "fsdp", 1024, ...)` (goal: <= 20 ms of CPU time; the wall
+   `dpsim.sim.planner.plan(..., "fsdp", 1024, ...)` (goal: <= 20 ms of CPU time; the wall
    time is recorded beside it, and is longer when the machine is shared). Its collectives
    cost what the topology-aware NCCL model says (`collectives.group_cost`, cached).
 2. One dashboard update, simulation + figure (`StrategyExplorer.render`):
@@ -51,10 +51,10 @@ def _fresh_render(args: tuple[Any, ...]) -> None:
 
 def main() -> None:
     """Run the benchmark and write the results file."""
-    from dpsim.hardware import CLUSTERS
-    from dpsim.planner import plan
+    from dpsim.sim.hardware import CLUSTERS
+    from dpsim.sim.planner import plan
+    from dpsim.sim.workload import transformer
     from dpsim.widgets.strategy_dashboard import StrategyExplorer
-    from dpsim.workload import transformer
 
     cluster = CLUSTERS["h100-ib-128"]
     big = transformer("96-layer (GPT-3 175B shape)", 96, 12288, 96, 2048, 50257)

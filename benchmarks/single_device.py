@@ -38,13 +38,13 @@ def _trial(steps: int) -> dict[str, Any]:
     """One calibration, then one sweep; predicted and measured seconds per batch size."""
     import torch
 
-    from dpsim.compute import optimizer_time_s
-    from dpsim.runtime.calibrate import calibrate_device
+    from dpsim.labs.ch01_single_device.calibrate import calibrate_device
+    from dpsim.labs.ch01_single_device.sweep import batch_sweep
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.data import classification
     from dpsim.runtime.models import mlp
-    from dpsim.runtime.sweep import batch_sweep
-    from dpsim.strategies.single import SingleConfig, simulate, step_result
+    from dpsim.sim.cost.compute import optimizer_time_s
+    from dpsim.sim.strategies.single import SingleConfig, simulate, step_result
 
     dataset = classification(n_samples=4096, n_features=32, n_classes=10, seed=0)
     device = calibrate_device("cpu")

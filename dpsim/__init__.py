@@ -2,7 +2,7 @@
 
 Three wings and a myths lab (docs/architecture.md draws them):
 
-- the simulator, pure and deterministic, never imports torch: `dpsim.validation`,
+- the simulator, pure and deterministic, never imports torch: `dpsim.sim.validation`,
   `hardware`, `workload`, `trace`, `memory`, `compute`, `collectives`, `gil`,
   `strategies`, `planner`;
 - real runs on `torch.distributed` process groups: `dpsim.runtime`;

@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     val.add_argument("--no-write", action="store_true", help="print only")
     val.add_argument("--write-constants", action="store_true",
                      help="also write the collective fit's constants into "
-                          "dpsim/collectives/link_constants.py (after adding a published run)")
+                          "dpsim/sim/collectives/link_constants.py (after adding a published run)")
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return lab_main(port=args.port, open_browser=not args.no_browser)
     if args.command == "exercises":
-        from dpsim.course.exercises import main as exercises_main
+        from dpsim.course.build import main as exercises_main
 
         return exercises_main(args.action, root=args.root)
     if args.command == "grade":
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return notebooks_main(args.action, args.paths)
     if args.command == "validate":
-        from dpsim.fidelity.report import main as validate_main
+        from dpsim.sim.fidelity.report import main as validate_main
 
         return validate_main(args.root, write=not args.no_write,
                              write_constants=args.write_constants)

@@ -59,11 +59,11 @@ def chapter1_memory() -> dict[str, Any]:
     """Peak memory of chapter 1's MLP step on cuda:0 against the simulator."""
     import torch
 
-    from dpsim.memory import predict_single
+    from dpsim.labs.ch01_single_device.train_single import train
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.data import classification
     from dpsim.runtime.models import mlp
-    from dpsim.runtime.train_single import train
+    from dpsim.sim.cost.memory import predict_single
 
     batch = 64
     result = train(mlp(), classification(256, 32, 10), steps=3, batch_size=batch,
@@ -80,10 +80,10 @@ def gpt2_step(batch: int = 8, steps: int = 6) -> dict[str, Any]:
     """GPT-2 small, bf16 autocast + fp32 Adam: median measured step vs the simulator."""
     import torch
 
-    from dpsim.runtime.gpt2 import gpt2_small
     from dpsim.runtime.machine import gpu_device
-    from dpsim.strategies.single import SingleConfig, simulate, step_result
-    from dpsim.workload import get_workload
+    from dpsim.runtime.models.gpt2 import gpt2_small
+    from dpsim.sim.strategies.single import SingleConfig, simulate, step_result
+    from dpsim.sim.workload import get_workload
 
     model = gpt2_small().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -112,8 +112,8 @@ def gpt2_step(batch: int = 8, steps: int = 6) -> dict[str, Any]:
 
 def ddp_fsdp_nccl_world1() -> dict[str, Any]:
     """DDP and FSDP2 over NCCL with one rank: they run; seconds per launch."""
-    from dpsim.runtime.ddp_train import DDPRunConfig, run_ddp
-    from dpsim.runtime.fsdp_train import run_fsdp
+    from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig, run_ddp
+    from dpsim.labs.ch06_fsdp.fsdp_train import run_fsdp
 
     t0 = time.perf_counter()
     ddp = run_ddp(DDPRunConfig(n_samples=96, batch_size=8, steps=4, progress=False),
@@ -155,8 +155,8 @@ def nccl_two_ranks_one_gpu(timeout_s: float = 90.0) -> dict[str, Any]:
 
 def dataparallel_one_gpu() -> dict[str, Any]:
     """The real nn.DataParallel with device_ids=[0]: its phases on the CUDA timeline."""
+    from dpsim.labs.ch03_data_parallel.dp_real import run_step
     from dpsim.runtime.data import classification
-    from dpsim.runtime.dp_real import run_step
     from dpsim.runtime.models import mlp
 
     x, y = classification(n_samples=64, n_features=32, n_classes=10, seed=0).tensors

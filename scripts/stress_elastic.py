@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dpsim.runtime.elastic import ElasticRun, Scenario, run_elastic, same_params
+from dpsim.labs.ch10_failures.elastic import ElasticRun, Scenario, run_elastic, same_params
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "elastic_stress.json"

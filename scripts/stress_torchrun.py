@@ -1,7 +1,7 @@
 """Run scripts/train_ddp.py under torchrun many times in a row and record every failure.
 
 Not part of CI (a run takes several seconds; 50 rounds take minutes). Each round starts,
-like tests/test_torchrun.py, a one-node run (`--standalone`, 2 processes) and a two-node
+like tests/runtime/test_torchrun.py, a one-node run (`--standalone`, 2 processes) and a two-node
 run (two torchruns, `--nnodes=2`, over 127.0.0.1) at the same time, each torchrun in its
 own process group under a hard timeout, killed at the end whatever happened. A run
 passes when every torchrun exits 0 and both ranks print the same checksum.

@@ -15,7 +15,7 @@ Two "nodes" on one machine (run each line in its own terminal; PORT is any free 
 loopback interface and a free port filled in.
 
 torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for every process;
-the training itself is `dpsim.runtime.ddp_train.train_rank`, the function the notebook
+the training itself is `dpsim.labs.ch05_ddp.ddp_train.train_rank`, the function the notebook
 launches. Every rank prints its final checksum (the sum of |parameters|), equal on all.
 
 A rank ends with `exit_without_teardown`, not with the interpreter's own teardown: the gloo
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from dpsim.runtime.ddp_train import DDPRunConfig, train_rank
+    from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig, train_rank
     from dpsim.runtime.launch import choose_backend
 
     if "RANK" not in os.environ:

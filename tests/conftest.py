@@ -10,10 +10,10 @@ from unittest import mock
 import pytest
 import torch
 
-from dpsim.hardware import Cluster, get_cluster
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.models import mlp
-from dpsim.workload import Workload
+from dpsim.sim.hardware import Cluster, get_cluster
+from dpsim.sim.workload import Workload
 
 
 @pytest.fixture

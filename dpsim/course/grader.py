@@ -35,7 +35,7 @@ from typing import Any
 
 import nbformat
 
-from dpsim.course.exercises import CHECK_CALL
+from dpsim.course.build import CHECK_CALL
 from dpsim.course.grading import processes, results
 from dpsim.course.grading.core import (
     Exercise,
@@ -270,7 +270,7 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
     """Grade each notebook; print the table; write the CSV, feedback files and, with
     `output_format="gradescope"`, results.json. 0 if grading ran, 1 if a notebook is
     missing, 2 if the grader failed on some exercise."""
-    from dpsim.validation import require_choice, require_range
+    from dpsim.sim.validation import require_choice, require_range
 
     require_choice("output_format", output_format, ["csv", "gradescope"])
     require_range("cell_timeout_s", cell_timeout_s, 1.0, 86400.0)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dpsim.collectives.cost import bytes_sent_per_rank
-from dpsim.hardware import CLUSTERS, Cluster
-from dpsim.memory import model_state_bytes, zero_bytes_per_device
-from dpsim.planner import plan
-from dpsim.strategies import dp, fsdp
-from dpsim.trace import Trace
-from dpsim.workload import Workload, get_workload
+from dpsim.sim.collectives.cost import bytes_sent_per_rank
+from dpsim.sim.cost.memory import model_state_bytes, zero_bytes_per_device
+from dpsim.sim.hardware import CLUSTERS, Cluster
+from dpsim.sim.planner import plan
+from dpsim.sim.strategies import dp, fsdp
+from dpsim.sim.trace import Trace
+from dpsim.sim.workload import Workload, get_workload
 
 NODE = CLUSTERS["h100-node"]  # 8 x H100 over NVLink
 PCIE = CLUSTERS["pcie-4gpu"]  # 4 x A100 over PCIe
@@ -47,8 +47,8 @@ class Lab:
             return None
 
         def run() -> list[dict[str, Any]]:
+            from dpsim.labs.ch08_myths.myths_lab import ddp_facts_rank
             from dpsim.runtime.launch import launch
-            from dpsim.runtime.myths_lab import ddp_facts_rank
 
             return launch(ddp_facts_rank, self.world_size, backend="gloo",
                           timeout_s=self.timeout_s)
@@ -71,7 +71,7 @@ class Lab:
         """Timed threads vs processes, `gil_repeats` times (empty lists if skipped)."""
         if not self.measure:
             return {"threads_speedups": [], "processes_over_threads": []}
-        from dpsim.runtime.myths_lab import threads_vs_processes
+        from dpsim.labs.ch08_myths.myths_lab import threads_vs_processes
 
         facts: dict[str, list[float]] = self._once(
             "gil", lambda: threads_vs_processes(self.gil_repeats))
@@ -79,14 +79,14 @@ class Lab:
 
     def gpu_peaks(self) -> tuple[list[int] | None, str]:
         """Peak bytes per CUDA device of a real DataParallel step, or (None, why not)."""
-        from dpsim.runtime.myths_lab import dp_gpu_peaks
+        from dpsim.labs.ch08_myths.myths_lab import dp_gpu_peaks
 
         got: tuple[list[int] | None, str] = self._once("gpu", dp_gpu_peaks)
         return got
 
     def source(self) -> dict[str, Any]:
         """What torch's DataParallel and DDP sources contain."""
-        from dpsim.runtime.myths_lab import torch_source_facts
+        from dpsim.labs.ch08_myths.myths_lab import torch_source_facts
 
         facts: dict[str, Any] = self._once("source", torch_source_facts)
         return facts
@@ -113,8 +113,8 @@ class Lab:
 def _dp_reenacted(n_out: int, n_devices: int = 4, batch: int = 128) -> Any:
     import torch
 
+    from dpsim.labs.ch03_data_parallel.dp_reenact import reenact_step
     from dpsim.runtime.data import classification
-    from dpsim.runtime.dp_reenact import reenact_step
     from dpsim.runtime.models import mlp
 
     x, y = classification(batch, 32, n_out, seed=0).tensors
@@ -189,7 +189,7 @@ def e05(lab: Lab) -> dict[str, Any]:
 
 def e06(lab: Lab) -> dict[str, Any]:
     """DDP ranks' process ids; threads vs processes timed with repeats; the GIL model."""
-    from dpsim.gil import GILConfig, predict_speedup, simulate
+    from dpsim.sim.cost.gil import GILConfig, predict_speedup, simulate
 
     ranks = lab.ranks()
     gil = lab.gil()
@@ -208,7 +208,12 @@ def e06(lab: Lab) -> dict[str, Any]:
 
 def e_ranks(lab: Lab) -> dict[str, Any]:
     """The real DDP run (claims 7, 8, 9, 12, 18), torch's buckets, dpsim's prediction."""
-    from dpsim.runtime.myths_lab import HIDDEN, N_LAYERS, predicted_buckets, torch_bucket_count
+    from dpsim.labs.ch08_myths.myths_lab import (
+        HIDDEN,
+        N_LAYERS,
+        predicted_buckets,
+        torch_bucket_count,
+    )
 
     n = 8
     return {"ranks": lab.ranks(), "predicted_bucket_bytes": predicted_buckets(),
@@ -238,7 +243,7 @@ def e10(lab: Lab) -> dict[str, Any]:
 
 def e11(lab: Lab) -> dict[str, Any]:
     """Re-enacted DP peaks and replicas, the measured DDP ranks, the simulated bytes."""
-    from dpsim.runtime.myths_lab import HIDDEN, N_LAYERS
+    from dpsim.labs.ch08_myths.myths_lab import HIDDEN, N_LAYERS
 
     re_tr = lab.reenacted(10).trace
     pbytes = max(s.nbytes for s in re_tr.memory if s.device == 0 and s.category == "parameters")
@@ -277,7 +282,7 @@ def e15(lab: Lab) -> dict[str, Any]:
 
 def e16(lab: Lab) -> dict[str, Any]:
     """One line runs here; torch's docs; simulated efficiency of DP and DDP in one node."""
-    from dpsim.runtime.myths_lab import dp_one_line_runs
+    from dpsim.labs.ch08_myths.myths_lab import dp_one_line_runs
 
     w = lab.workload("gpt2-124m")
     counts = (1, 2, 4, 8)
@@ -291,7 +296,7 @@ def e16(lab: Lab) -> dict[str, Any]:
 
 def e17(lab: Lab) -> dict[str, Any]:
     """Two NCCL ranks on one GPU, run inside a timeout when this machine has a GPU."""
-    from dpsim.runtime.myths_lab import nccl_two_ranks_one_gpu
+    from dpsim.labs.ch08_myths.myths_lab import nccl_two_ranks_one_gpu
 
     run = (lab._once("nccl", nccl_two_ranks_one_gpu) if lab.measure
            else {"ran": False, "outcome": "untested", "detail": "Lab(measure=False)"})
@@ -307,7 +312,7 @@ GATHER: dict[int, Callable[[Lab], dict[str, Any]]] = {
 
 def gather(number: int, lab: Lab) -> dict[str, Any]:
     """The evidence dict for claim `number` (1..18)."""
-    from dpsim.validation import require_choice
+    from dpsim.sim.validation import require_choice
 
     require_choice("number", number, GATHER)
     return GATHER[number](lab)

@@ -22,7 +22,7 @@ as a pass of its own (about 36 us per MB here; DDP fuses it into the copy into t
 when no hook is registered). benchmarks/ddp.py measures the whole recorder on 2 ranks,
 beside torch's own `allreduce_hook`, the floor for any Python comm hook. gloo has no cheaper
 per-operation completion time in torch 2.13 (no completion hook, no `Work._get_duration`:
-tests/test_gloo_timing.py); NCCL has both (the duration with
+tests/runtime/test_gloo_timing.py); NCCL has both (the duration with
 TORCH_NCCL_ENABLE_TIMING set, as torch's docstring of `Work._get_duration` says).
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpsim.trace import Event
+from dpsim.sim.trace import Event
 
 LEARN_STEPS = 3  # DDP rebuilds its buckets in step 2; step 3 is the first with the final ones
 

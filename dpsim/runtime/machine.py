@@ -16,8 +16,8 @@ import warnings
 
 import torch
 
-from dpsim.gpu_specs import SPECS, match_name
-from dpsim.hardware import (
+from dpsim.runtime.nvswitch import detect_nvls, read_topology
+from dpsim.sim.hardware import (
     NVLINK2,
     NVLINK3,
     NVLINK4,
@@ -32,7 +32,7 @@ from dpsim.hardware import (
     cpu_device,
     device_for_name,
 )
-from dpsim.runtime.nvswitch import detect_nvls, read_topology
+from dpsim.sim.hardware.gpu_specs import SPECS, match_name
 
 NVLINK_BY_SPEC = {150.0: NVLINK2, 300.0: NVLINK3, 450.0: NVLINK4, 900.0: NVLINK5}
 PCIE_BY_SPEC = {16.0: PCIE3_X16, 32.0: PCIE4_X16, 64.0: PCIE5_X16}

@@ -1,6 +1,6 @@
 """Start a training script under `torchrun` on this machine, bound to loopback.
 
-`tests/test_torchrun.py` and `scripts/stress_torchrun.py` start `scripts/train_ddp.py` this
+`tests/runtime/test_torchrun.py` and `scripts/stress_torchrun.py` start `scripts/train_ddp.py` this
 way: one node (`--standalone`) or several "nodes" over 127.0.0.1 (`--nnodes`), each
 torchrun in its own session so that the caller can kill everything it started.
 """

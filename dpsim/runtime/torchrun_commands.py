@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from dpsim.runtime.launch.ports import _loopback_ifname, free_port
-from dpsim.validation import require_int
+from dpsim.sim.validation import require_int
 
 
 def loopback_interface() -> str | None:

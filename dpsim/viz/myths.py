@@ -107,7 +107,7 @@ def _f09(e: dict[str, Any]) -> go.Figure:
     n = max(len(measured), len(predicted))
     return _bars("DDP buckets of 8 Linear(1024, 1024): measured all-reduce calls vs dpsim",
                  "MiB", [f"bucket {i}" for i in range(n)],
-                 {"measured (comm hook)": measured, "dpsim.strategies.ddp": predicted})
+                 {"measured (comm hook)": measured, "dpsim.sim.strategies.ddp": predicted})
 
 
 def _f10(e: dict[str, Any]) -> go.Figure:

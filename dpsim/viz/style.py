@@ -50,7 +50,7 @@ STEP_SPLIT_COLORS: dict[str, str] = {
     "host / GIL": "#BAB0AC",
 }
 
-# Where a figure's numbers come from; every figure's title names one (dpsim.viz.checks).
+# Where a figure's numbers come from; every figure's title names one (tests.support.figure_checks).
 SOURCE_WORDS = ("measured", "re-enacted", "simulated", "published", "recorded")
 
 SOURCE_DASH = {"simulated": "dash", "measured": "solid", "re-enacted": "dot"}

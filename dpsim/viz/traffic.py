@@ -5,7 +5,7 @@ each algorithm, on a shared axis so the naive root's hotspot stands out.
 `bandwidth_figure` draws measured algbw and busbw (nccl-tests definitions) per size;
 `prediction_figure` draws a calibrated model's predicted time next to the measured one;
 `cost_curves_figure` draws the alpha-beta model's time and busbw per size. The numbers come
-from `dpsim.collectives.series` (or a calibration); these builders only draw them.
+from `dpsim.sim.collectives.series` (or a calibration); these builders only draw them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.collectives.series import RankTraffic, SizeSeries
-from dpsim.hardware import Link
+from dpsim.sim.collectives.series import RankTraffic, SizeSeries
+from dpsim.sim.hardware import Link
 from dpsim.viz.style import SOURCE_DASH, finish, human_bytes
 
 SENT_COLOR, RECEIVED_COLOR = "#4C78A8", "#F58518"

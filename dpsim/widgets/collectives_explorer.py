@@ -1,6 +1,6 @@
 """Chapter 2 explorer: N, message size, latency, bandwidth, algorithm -> time, algbw, busbw.
 
-Everything shown is simulated with the alpha-beta closed forms of `dpsim.collectives.cost`.
+Everything shown is simulated with the alpha-beta closed forms of `dpsim.sim.collectives.cost`.
 A preset starts the sliders at its link's achieved bandwidth (`collectives.nccl.achieved_link`:
 the spec x the fraction NCCL reaches on that kind of link, `collectives.link_constants`),
 not the datasheet's line rate; the bandwidth slider says "achieved".
@@ -13,7 +13,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.collectives.cost import (
+from dpsim.sim.collectives.cost import (
     ALGORITHMS,
     COLLECTIVES,
     algbw_GBps,
@@ -21,10 +21,10 @@ from dpsim.collectives.cost import (
     collective_time_s,
     cost_terms,
 )
-from dpsim.collectives.nccl import achieved_link
-from dpsim.collectives.series import model_series
-from dpsim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
-from dpsim.validation import require_choice, require_finite, require_int
+from dpsim.sim.collectives.nccl import achieved_link
+from dpsim.sim.collectives.series import model_series
+from dpsim.sim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
+from dpsim.sim.validation import require_choice, require_finite, require_int
 from dpsim.viz.style import human_bytes
 from dpsim.viz.traffic import cost_curves_figure
 from dpsim.widgets.dashboard import dashboard

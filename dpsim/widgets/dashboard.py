@@ -8,7 +8,7 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
-from dpsim.validation import require_int
+from dpsim.sim.validation import require_int
 
 
 def dashboard(controls: Mapping[str, widgets.Widget], render: Callable[..., Any],

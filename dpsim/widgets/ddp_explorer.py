@@ -7,7 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.hardware import (
+from dpsim.sim.hardware import (
     DEVICES,
     INFINIBAND_NDR,
     NVLINK3,
@@ -17,7 +17,7 @@ from dpsim.hardware import (
     Cluster,
     Link,
 )
-from dpsim.strategies.ddp import (
+from dpsim.sim.strategies.ddp import (
     DEFAULT_BUCKET_CAP_MB,
     DDPConfig,
     buckets_of,
@@ -26,11 +26,11 @@ from dpsim.strategies.ddp import (
     simulate,
     step_result,
 )
-from dpsim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.workload import PRESETS, get_workload
 from dpsim.viz.ddp_timeline import scaling_figure
 from dpsim.viz.timeline import timeline
 from dpsim.widgets.dashboard import dashboard
-from dpsim.workload import PRESETS, get_workload
 
 LINKS: dict[str, Link] = {link.name: link for link in
                           (NVLINK4, NVLINK3, PCIE4_X16, INFINIBAND_NDR, SHARED_MEMORY)}

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dpsim.hardware import CLUSTERS, get_cluster
-from dpsim.strategies import dp
-from dpsim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
-from dpsim.trace import Trace
-from dpsim.validation import require_choice, require_finite, require_int
+from dpsim.sim.hardware import CLUSTERS, get_cluster
+from dpsim.sim.strategies import dp
+from dpsim.sim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
+from dpsim.sim.trace import Trace
+from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.workload import PRESETS, Workload, get_workload
 from dpsim.viz.memory_per_device import peak_per_device
 from dpsim.viz.style import human_bytes
-from dpsim.workload import PRESETS, Workload, get_workload
 
 MODELS = ("mlp", *PRESETS)
 OUTPUT_CHOICES = (0, 10, 1_000, 100_000, 10_000_000)  # 0: the model's own output size

@@ -7,14 +7,14 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from dpsim.hardware import DEVICES
-from dpsim.memory import OPTIMIZERS, MemoryBreakdown
-from dpsim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
-from dpsim.validation import require_choice, require_int
+from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown
+from dpsim.sim.hardware import DEVICES
+from dpsim.sim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
+from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.workload import PRESETS, get_workload
 from dpsim.viz.memory import breakdown_bars
 from dpsim.viz.style import add_limit
 from dpsim.widgets.dashboard import dashboard
-from dpsim.workload import PRESETS, get_workload
 
 PRECISION_CHOICES = ("fp32", "bf16 mixed")
 

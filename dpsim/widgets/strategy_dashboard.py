@@ -8,14 +8,14 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.hardware import CLUSTERS, Cluster, Link, get_cluster
-from dpsim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
-from dpsim.strategies.knobs import KNOB_PRECISIONS
-from dpsim.strategies.registry import get_strategy, names
-from dpsim.validation import require_bool, require_choice, require_int
+from dpsim.sim.hardware import CLUSTERS, Cluster, Link, get_cluster
+from dpsim.sim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
+from dpsim.sim.strategies.knobs import KNOB_PRECISIONS
+from dpsim.sim.strategies.registry import get_strategy, names
+from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.workload import PRESETS, Workload, get_workload
 from dpsim.viz.planner import plan_figure
 from dpsim.widgets.dashboard import dashboard
-from dpsim.workload import PRESETS, Workload, get_workload
 
 OWN_MODEL = "your model"
 MAX_GLOBAL_BATCH = 1 << 24  # the planner's bound on a global batch, samples

@@ -7,13 +7,13 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.hardware import H100_80GB, NVLINK4, Cluster
-from dpsim.memory import OPTIMIZERS, PRECISIONS
-from dpsim.strategies.fsdp import FSDPConfig, compare_stages, summary
-from dpsim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
+from dpsim.sim.hardware import H100_80GB, NVLINK4, Cluster
+from dpsim.sim.strategies.fsdp import FSDPConfig, compare_stages, summary
+from dpsim.sim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.workload import Workload, get_workload, transformer
 from dpsim.viz.fsdp import device_grid, zero_bars
 from dpsim.widgets.dashboard import dashboard
-from dpsim.workload import Workload, get_workload, transformer
 
 MODEL_SIZES = ("124M", "1.3B", "7B", "70B", "175B")
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -235,10 +235,10 @@ def inspect_outputs(
 
 def check_figures(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult,
                   when: str = "") -> None:
-    """Every figure of the cell, as drawn, through dpsim.viz.checks (axes that hide the
+    """Every figure of the cell, as drawn, through tests.support.figure_checks (axes that hide the
     data, log axes over too many decades, empty traces or panels, cut-off table headers,
     titles that do not name their source)."""
-    from dpsim.viz.checks import figure_problems
+    from tests.support.figure_checks import figure_problems
 
     for k, fig in enumerate(nb.probe("figureSpecs", cell["index"]) or []):
         title = re.sub(r"<[^>]+>", " ", str((fig["spec"]["layout"].get("title") or {}).get(

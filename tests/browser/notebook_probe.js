@@ -249,7 +249,7 @@
 
   // Every figure of a cell as plotly.js drew it: its data and layout, and the range each
   // axis really shows (in the axis's own units: log10 on a log axis), for the figure
-  // checks of dpsim.viz.checks. Frames are left out (they can be large).
+  // checks of tests.support.figure_checks. Frames are left out (they can be large).
   function figureSpecs(index) {
     const c = cellNodes()[index];
     if (!c) return [];

@@ -25,7 +25,7 @@ from typing import Any
 
 from dpsim.course.grading.compare import hint, is_number, plain_value, same
 from dpsim.course.grading.plain import decode
-from dpsim.validation import require_choice, require_int
+from dpsim.sim.validation import require_choice, require_int
 
 ID_PATTERN = re.compile(r"^(\d+)\.(\d+)$")
 
@@ -157,8 +157,8 @@ def _sort_key(exercise_id: str) -> tuple[int, int]:
 
 
 def chapter_modules(chapter: int | None = None) -> list[str]:
-    """Names of the chapter modules dpsim/grading/chNN.py (of one chapter, or all)."""
-    import dpsim.course.grading as package
+    """Names of the chapter modules dpsim/course/exercises/chNN.py (of one chapter, or all)."""
+    import dpsim.course.exercises as package
 
     names = []
     for info in pkgutil.iter_modules(package.__path__):

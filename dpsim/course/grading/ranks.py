@@ -31,8 +31,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_sca
 LAUNCH_TIMEOUT_S = 60.0
 # dpsim functions that answer an exercise (its `forbidden`): on the ranks, out of the
 # sandbox's reach, a call is recorded among the collectives and does nothing
-FORBIDDEN = {"all_reduce": ("dpsim.runtime.collective_workers.ring_all_reduce_",),
-             "pipelined": ("dpsim.runtime.collective_workers.ring_all_reduce_",)}
+FORBIDDEN = {"all_reduce": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",),
+             "pipelined": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",)}
 # what a case compares, per kind: results, untouched inputs, peers of every message
 FIELDS = {"all_gather": ("result", "unchanged", "sent_to", "received_from"),
           "reduce_scatter": ("result", "unchanged", "sent_to", "received_from"),

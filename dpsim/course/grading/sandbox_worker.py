@@ -41,7 +41,8 @@ def tripwires(forbidden: list[str] | tuple[str, ...]) -> Iterator[list[str]]:
     """Replace each dotted name (module attribute) by a tripwire; restore them on exit.
 
     The function object itself gets the tripwire's code too (when it has no closure), so a
-    reference taken before (`from dpsim.memory import f`, a pickled reference) trips as well.
+    reference taken before (`from dpsim.sim.cost.memory import f`, a pickled reference) trips as
+    well.
     """
     tripped: list[str] = []
     undo: list[Callable[[], None]] = []

@@ -26,7 +26,7 @@ from dpsim.runtime.launch.rank import (
 from dpsim.runtime.launch.start import launcher_stdio, start_context, start_method
 from dpsim.runtime.launch.states import joined_ranks, rank_state
 from dpsim.runtime.launch.supervise import _collect, _read_stacks, _stop, _trim_stack
-from dpsim.validation import require_choice, require_int, require_range
+from dpsim.sim.validation import require_choice, require_int, require_range
 
 __all__ = ["MAX_WORLD_SIZE", "last_pids", "launch"]
 

@@ -1,0 +1,1 @@
+"""dpsim/course/exercises"""

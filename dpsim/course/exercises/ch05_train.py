@@ -1,0 +1,159 @@
+"""Exercise 5.4: a complete DDP training function, run on 2 and 3 real gloo ranks.
+
+The learner's `train_ddp(rank, world_size, init_method, data, config, checkpoint_path)`
+joins the process group itself, trains with `DistributedSampler` + `set_epoch`, gradient
+accumulation under `no_sync`, saves a rank-0 checkpoint behind a barrier and loads it back.
+The reference is one process on the global batch (torch's own DistributedSampler order);
+DDP's all-reduces are counted by a comm hook the check attaches to every DDP it builds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpsim.course.exercises.ch05 import sampler_indices
+from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.rank_specs import run_specs
+
+# float32 parameters of size ~0.1-1 after a few SGD steps: the ranks sum their gradients in
+# another order than one process does, which moves the result by ~1e-7; 1e-5 is 100x that
+# and far below what any of the mistakes below changes (>= 1e-3).
+ABS_TOL = 1e-5
+
+
+def make_model(in_features: int, hidden: int, seed: int) -> nn.Module:
+    """The model of exercise 5.4 (the learner builds the same one after manual_seed(seed))."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+
+def _state(model: nn.Module | dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    sd = model.state_dict() if isinstance(model, nn.Module) else model
+    return {k: v.detach().flatten().tolist() for k, v in sd.items()}
+
+
+def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any],
+                       world_size: int, *, divide: bool = True, set_epoch: bool = True,
+                       accumulate: bool = True) -> dict[str, list[float]]:
+    """What DDP on `world_size` ranks ends with, computed by one process on the global batch."""
+    model = make_model(config["in_features"], config["hidden"], config["seed"])
+    x, y = torch.tensor(data["x"]), torch.tensor(data["y"])
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
+    b, k = config["batch_per_rank"], config["accum_steps"]
+    for epoch in range(config["epochs"]):
+        order = [sampler_indices(len(x), world_size, r, True, config["seed"],
+                                 epoch if set_epoch else 0, False) for r in range(world_size)]
+        n_micro = len(order[0]) // b
+        group = k if accumulate else 1
+        for step in range(n_micro // group):
+            opt.zero_grad()
+            for r in range(world_size):
+                for m in range(step * group, (step + 1) * group):
+                    idx = order[r][m * b:(m + 1) * b]
+                    loss = nn.functional.mse_loss(model(x[idx]), y[idx])
+                    (loss / (k if divide else 1) / world_size).backward()
+            opt.step()
+    return _state(model)
+
+
+def _counting_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads annotations
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    state.append(int(bucket.buffer().numel()))
+    return allreduce_hook(None, bucket)  # None: the default group
+
+
+def _train_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
+                  init_method: str, path: str) -> dict[str, Any]:
+    """On a real rank: the learner's training with DDP's all-reduces counted."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    calls: list[int] = []
+    original = DDP.__init__
+
+    def counted_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        self.register_comm_hook(calls, _counting_hook)
+
+    checkpoint = path + ".pt"
+    DDP.__init__ = counted_init  # type: ignore[method-assign]
+    try:
+        loaded = fn(rank, world_size, init_method, spec["data"], spec["config"], checkpoint)
+    finally:
+        DDP.__init__ = original  # type: ignore[method-assign]
+    out: dict[str, Any] = {"loaded": _plain_state(loaded), "synced_backwards": len(calls)}
+    if rank == 0:
+        out["checkpoint"] = (_state(torch.load(checkpoint, map_location="cpu"))
+                             if os.path.exists(checkpoint) else "no file at checkpoint_path")
+    return out
+
+
+def _plain_state(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): (v.detach().flatten().tolist() if torch.is_tensor(v) else v)
+                for k, v in value.items()}
+    return f"a {type(value).__name__}, not a dict (the state_dict you loaded)"
+
+
+def run_training(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
+                 ) -> dict[str, Any]:
+    """Case `index`: the checkpoint file, what every rank loaded, synced backwards per rank."""
+    ranks = run_specs(_train_worker, fn, specs)[index]
+    return {"checkpoint": ranks[0]["checkpoint"], "loaded": [r["loaded"] for r in ranks],
+            "synced_backwards": [r["synced_backwards"] for r in ranks]}
+
+
+def _spec(rng: random.Random, world_size: int, accum_steps: int) -> dict[str, Any]:
+    in_features, b = rng.randint(3, 6), rng.choice([2, 3])
+    steps = 2  # optimizer steps per epoch: 2, so the order of the samples matters
+    n = world_size * b * accum_steps * steps
+    g = torch.Generator().manual_seed(rng.randint(0, 10**6))
+    x = torch.randn(n, in_features, generator=g)
+    y = x.sum(1, keepdim=True).sin() + 0.1 * torch.randn(n, 1, generator=g)
+    config = {"in_features": in_features, "hidden": rng.choice([8, 12, 16]), "epochs": 2,
+              "batch_per_rank": b, "accum_steps": accum_steps, "lr": 0.2, "momentum": 0.5,
+              "seed": rng.randint(0, 999)}
+    return {"world_size": world_size, "data": {"x": x.tolist(), "y": y.tolist()},
+            "config": config}
+
+
+@exercise("5.4", function="train_ddp", title="A complete DDP training function", points=4)
+def _train_cases(rng: random.Random) -> Iterator[Case]:
+    specs = [_spec(rng, 2, 2), _spec(rng, 3, 3)]
+    for index, spec in enumerate(specs):
+        ws, config = spec["world_size"], spec["config"]
+        right = reference_training(spec["data"], config, ws)
+        n_steps = config["epochs"] * len(spec["data"]["x"]) // (
+            ws * config["batch_per_rank"] * config["accum_steps"])
+        n_micro = n_steps * config["accum_steps"]
+
+        def outcome(state: Any, synced: int = n_steps, ws: int = ws) -> dict[str, Any]:
+            return {"checkpoint": state, "loaded": [state] * ws, "synced_backwards": [synced] * ws}
+
+        label = (f"{ws} gloo ranks, {len(spec['data']['x'])} samples, batch_per_rank="
+                 f"{config['batch_per_rank']}, accum_steps={config['accum_steps']}, "
+                 f"epochs={config['epochs']}")
+        yield Case(label, args=(specs, index), expected=outcome(right),
+                   call=run_training, abs_tol=ABS_TOL, mistakes={
+                       "you did not divide the loss by accum_steps, so the accumulated "
+                       "gradient is k times too large":
+                           outcome(reference_training(spec["data"], config, ws, divide=False)),
+                       "you did not call sampler.set_epoch(epoch): every epoch repeats the "
+                       "first one's order":
+                           outcome(reference_training(spec["data"], config, ws,
+                                                      set_epoch=False)),
+                       "you stepped the optimizer after every micro-batch instead of every "
+                       "accum_steps": outcome(reference_training(
+                           spec["data"], config, ws, accumulate=False), n_micro),
+                       "DDP all-reduced on every micro-batch: run the first accum_steps - 1 "
+                       "backwards inside `with model.no_sync():`": outcome(right, n_micro),
+                       "you saved the DDP wrapper's state_dict (its keys start with "
+                       "'module.'); save model.module.state_dict()":
+                           outcome({f"module.{k}": v for k, v in right.items()}),
+                   })

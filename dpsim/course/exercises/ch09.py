@@ -1,0 +1,253 @@
+"""Chapter 9 exercises: an autocast step with its memory, clipping that works on DTensors,
+meta-device initialisation.
+
+Every expected answer is computed with torch itself while the cases are built: the same
+step run by torch.autocast and measured on real tensors, `torch.nn.utils.clip_grad_norm_`
+on plain tensors, an eager build of the same model from the same seed. The learner's
+function runs through a module-level `_call_*` that builds its inputs from plain data
+and returns plain data (lists of floats, ints, strings).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpsim.course.grading.core import Case, exercise
+
+ON_META = "still on the meta device"
+
+
+# --- 9.1 an autocast training step, and its model-state bytes ------------------------------
+
+def _amp_model(width: int, seed: int) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(7, width), nn.LayerNorm(width), nn.GELU(),
+                         nn.Linear(width, 3))
+
+
+def _amp_data(batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 1)
+    return torch.randn(batch, 7, generator=g), torch.randint(0, 3, (batch,), generator=g)
+
+
+def _amp_outcome(model: nn.Module, opt: torch.optim.Optimizer, answer: Any) -> dict[str, Any]:
+    try:
+        said: Any = [int(b) for b in answer]
+    except (TypeError, ValueError):
+        said = repr(answer)
+    return {"bytes": said,
+            "param_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+            "params": [round(float(v), 5) for p in model.parameters()
+                       for v in p.detach().float().flatten()[:4]],
+            # gradients computed in bf16 differ from fp32 ones in the third digit
+            "grads": [round(float(v), 6) if p.grad is not None else "none"
+                      for p in model.parameters()
+                      for v in (p.grad.float().flatten()[:4] if p.grad is not None else [0])]}
+
+
+def _call_amp(fn: Callable[..., Any], *, width: int, batch: int, seed: int) -> dict[str, Any]:
+    """Run the learner's `fn(model, optimizer, x, y)` once; its answer and the state after."""
+    model = _amp_model(width, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    x, y = _amp_data(batch, seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the reference: bf16 sums depend on the thread count
+    try:
+        answer = fn(model, opt, x, y)
+    finally:
+        torch.set_num_threads(threads)
+    return _amp_outcome(model, opt, answer)
+
+
+def _reference_amp(width: int, batch: int, seed: int, autocast: bool = True
+                   ) -> tuple[dict[str, Any], list[int]]:
+    """torch's own step (autocast bf16, Adam); the outcome and the bytes measured."""
+    from dpsim.runtime.measure import model_state_breakdown
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the sandbox: bf16 sums depend on the thread count
+    try:
+        return _reference_amp_one_thread(width, batch, seed, autocast, model_state_breakdown)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reference_amp_one_thread(width: int, batch: int, seed: int, autocast: bool,
+                              breakdown: Any) -> tuple[dict[str, Any], list[int]]:
+    model = _amp_model(width, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    x, y = _amp_data(batch, seed)
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    b = breakdown(model, opt)
+    measured = [b.parameters, b.gradients, b.optimizer]
+    return _amp_outcome(model, opt, measured), measured
+
+
+@exercise("9.1", function="autocast_step_bytes", title="An autocast step and the bytes it keeps",
+          points=3, forbidden=("dpsim.sim.cost.precision.policy_model_state_bytes",
+                               "dpsim.runtime.measure.model_state_breakdown",
+                               "dpsim.sim.cost.memory.model_state_bytes"))
+def _amp_cases(rng: random.Random) -> Iterator[Case]:
+    for _ in range(3):
+        width, batch, seed = rng.choice([5, 9, 16, 33]), rng.choice([4, 8]), rng.randint(0, 999)
+        right, measured = _reference_amp(width, batch, seed)
+        fp32, _ = _reference_amp(width, batch, seed, autocast=False)
+        n = sum(p.numel() for p in _amp_model(width, seed).parameters())
+        zero = dict(right, bytes=[2 * n, 2 * n, 12 * n + 4 * 6])
+        no_step = dict(right, bytes=[measured[0], measured[1], measured[2] - 4 * 6])
+        yield Case(f"a Linear-LayerNorm-GELU-Linear model of width {width}, batch {batch}, "
+                   f"seed {seed}, Adam", expected=right,
+                   call=_call_amp, kwargs={"width": width, "batch": batch, "seed": seed},
+                   mistakes={
+                       "the parameters after the step are those of an fp32 step: run the "
+                       "forward and the loss inside torch.autocast('cpu', torch.bfloat16)":
+                           dict(fp32, bytes=measured),
+                       "that is ZeRO's scheme (2 + 2 + 12); torch.autocast keeps fp32 "
+                       "parameters, fp32 gradients and two fp32 moments, 4 + 4 + 8 bytes "
+                       "per element": zero,
+                       "Adam keeps a 4-byte `step` tensor for every parameter tensor": no_step,
+                   })
+
+
+# --- 9.2 clipping that works when gradients are DTensors ---------------------------------
+
+def _mesh() -> tuple[Any, bool]:
+    """A 1-rank CPU mesh, over a gloo group made here (True) unless one exists (False)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    made = not dist.is_initialized()
+    if made:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return init_device_mesh("cpu", (1,)), made
+
+
+def _full_list(t: Any) -> list[float]:
+    t = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return [round(float(v), 6) for v in torch.as_tensor(t).flatten()]
+
+
+def _call_clip(fn: Callable[..., Any], *, grads: list[list[list[float]]], max_norm: float,
+               dtensor: bool) -> dict[str, Any]:
+    """Parameters whose .grad are `grads` (DTensors sharded on dim 0 when `dtensor`)."""
+    import torch.distributed as dist
+
+    params: list[nn.Parameter] = []
+    mesh, made = _mesh() if dtensor else (None, False)
+    try:
+        return _clip_with(fn, params, grads, max_norm, mesh)
+    finally:
+        if made:
+            dist.destroy_process_group()
+
+
+def _clip_with(fn: Callable[..., Any], params: list[nn.Parameter],
+               grads: list[list[list[float]]], max_norm: float, mesh: Any) -> dict[str, Any]:
+    for g in grads:
+        value = torch.tensor(g)
+        p = nn.Parameter(torch.zeros_like(value))
+        if mesh is not None:
+            from torch.distributed.tensor import Shard, distribute_tensor
+
+            p = nn.Parameter(distribute_tensor(torch.zeros_like(value), mesh, [Shard(0)]))
+            value = distribute_tensor(value, mesh, [Shard(0)])
+        p.grad = value
+        params.append(p)
+    norm = fn(params, max_norm)
+    return {"norm": round(float(_full_list(norm)[0]) if isinstance(norm, torch.Tensor)
+                          else float(norm), 5),
+            "grads": [_full_list(p.grad) for p in params]}
+
+
+def _reference_clip(grads: list[list[list[float]]], max_norm: float, scale: bool = True
+                    ) -> dict[str, Any]:
+    params = [nn.Parameter(torch.zeros(len(g), len(g[0]))) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = torch.tensor(g)
+    norm = nn.utils.clip_grad_norm_(params, max_norm) if scale else torch.linalg.vector_norm(
+        torch.cat([p.grad.flatten() for p in params if p.grad is not None]))
+    return {"norm": round(float(norm), 5), "grads": [_full_list(p.grad) for p in params]}
+
+
+@exercise("9.2", function="clip_grads", title="Clip gradients by their global norm, DTensors "
+          "included", points=2)
+def _clip_cases(rng: random.Random) -> Iterator[Case]:
+    for dtensor, max_norm in ((False, 0.5), (True, 0.5), (True, 100.0), (False, 1.0)):
+        grads = [[[round(rng.uniform(-1, 1), 3) for _ in range(rng.randint(1, 4))]
+                  for _ in range(rng.randint(2, 5))] for _ in range(rng.randint(2, 3))]
+        grads = [[row[:len(g[0])] + [0.0] * (len(g[0]) - len(row)) for row in g] for g in grads]
+        right = _reference_clip(grads, max_norm)
+        each = [_reference_clip([g], max_norm) for g in grads]
+        yield Case(f"{len(grads)} parameters, max_norm={max_norm}, "
+                   + ("gradients are DTensors on a 1-rank mesh" if dtensor else
+                      "plain tensors"), expected=right,
+                   call=_call_clip,
+                   kwargs={"grads": grads, "max_norm": max_norm, "dtensor": dtensor},
+                   mistakes={
+                       "you clipped each gradient by its own norm; the norm is over all of "
+                       "them together": {"norm": each[0]["norm"],
+                                         "grads": [e["grads"][0] for e in each]},
+                       "gradients are unchanged: scale every p.grad in place by "
+                       "max_norm / (total_norm + 1e-6) when that is below 1":
+                           _reference_clip(grads, max_norm, scale=False),
+                   })
+
+
+# --- 9.3 meta-device initialisation ------------------------------------------------------
+
+def _meta_model(widths: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in itertools.pairwise(widths):
+        layers += [nn.Linear(a, b), nn.LayerNorm(b), nn.GELU()]
+    return nn.Sequential(*layers)
+
+
+def _params(model: nn.Module) -> list[list[float]]:
+    return [[round(float(v), 6) for v in p.detach().flatten()] for p in model.parameters()]
+
+
+def _call_meta(fn: Callable[..., Any], *, widths: list[int], seed: int) -> dict[str, Any]:
+    """Build on the meta device, seed, and let the learner's `fn(model)` materialise it."""
+    with torch.device("meta"):
+        model = _meta_model(widths)
+    torch.manual_seed(seed)
+    out = fn(model)
+    out = model if out is None else out
+    on_meta = sum(p.is_meta for p in out.parameters())
+    return {"on_meta": on_meta, "params": _params(out) if not on_meta else ON_META}
+
+
+@exercise("9.3", function="materialize", title="Initialise a model built on the meta device",
+          points=2, forbidden=("dpsim.labs.ch06_fsdp.meta_init.materialize",))
+def _meta_cases(rng: random.Random) -> Iterator[Case]:
+    for _ in range(3):
+        widths = [rng.randint(2, 6) for _ in range(rng.randint(2, 4))]
+        seed = rng.randint(0, 999)
+        torch.manual_seed(seed)
+        eager = _meta_model(widths)
+        expected = {"on_meta": 0, "params": _params(eager)}
+        ones = _meta_model(widths)
+        for m in ones.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.weight)
+                nn.init.zeros_(m.bias)
+        yield Case(f"Linear/LayerNorm/GELU widths {widths}, torch.manual_seed({seed}) before "
+                   "your call", expected=expected,
+                   call=_call_meta, kwargs={"widths": widths, "seed": seed},
+                   mistakes={
+                       "parameters are still on the meta device: allocate them with "
+                       "model.to_empty(device='cpu')":
+                           {"on_meta": len(list(eager.parameters())), "params": ON_META},
+                   })

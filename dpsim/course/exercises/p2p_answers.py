@@ -1,0 +1,192 @@
+"""The expected answers of chapter 2's exercises on real ranks, and their usual slips.
+
+Every answer is computed here, in the grading process, from the same `ranks.rank_data` the
+ranks use: the results by torch itself (`torch.cat`, a sum, `tensor_split`), the message
+pattern from the algorithm's definition (a ring sends to rank + 1 and receives from rank -
+1; a binomial tree doubles the ranks that hold the data every round). `slips` gives, for
+one case, the answers that common mistakes produce (hint -> answer), so a wrong answer is
+named, never the expected one shown.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from dpsim.course.grading.ranks import FIELDS, FORBIDDEN, rank_data
+from dpsim.sim.collectives.ring import chunk_bounds
+
+NO_MESSAGES = ("no message went through dist.isend / dist.irecv: call them as dist.isend(...) "
+               "and dist.irecv(...) (the check counts the messages there), not a collective "
+               "and not an imported copy")
+
+
+def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(sent_to, received_from) per rank of a binomial broadcast from `root`.
+
+    Round k = 0, 1, ...: every rank whose rank relative to the root, rel = (rank - root)
+    % n, is below 2**k sends to relative rank rel + 2**k (if that is below n).
+    """
+    sent: list[list[int]] = [[] for _ in range(n)]
+    received: list[list[int]] = [[] for _ in range(n)]
+    mask = 1
+    while mask < n:
+        for rel in range(min(mask, n - mask)):
+            src, dst = (rel + root) % n, (rel + mask + root) % n
+            sent[src].append(dst)
+            received[dst].append(src)
+        mask *= 2
+    return sent, received
+
+
+def ring_final(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,
+               shift: int = 1) -> list[list[float]]:
+    """Every rank's tensor after the ring of 2.3 (optionally without, or adding in, the
+    all-gather), computed step by step as the exercise describes it; at step t rank r
+    sends chunk (r - shift - t) % n (shift 1 is right, 0 the usual slip)."""
+    n = len(arrays)
+    bufs = [a.clone() for a in arrays]
+    bounds = chunk_bounds(len(arrays[0]), n)
+    phases = [(True, t) for t in range(n - 1)]
+    if gather:
+        phases += [(add_in_gather, n - 1 + t) for t in range(n - 1)]
+    for add, step in phases:
+        chunk = [(r - shift - step) % n for r in range(n)]
+        payload = [bufs[r][slice(*bounds[chunk[r]])].clone() for r in range(n)]
+        for r in range(n):
+            target = bufs[(r + 1) % n][slice(*bounds[chunk[r]])]
+            if add:
+                target += payload[r]
+            else:
+                target.copy_(payload[r])
+    return [b.tolist() for b in bufs]
+
+
+def _ring_pattern(n: int, steps: int) -> tuple[list[list[int]], list[list[int]]]:
+    return ([[(r + 1) % n] * steps for r in range(n)],
+            [[(r - 1) % n] * steps for r in range(n)])
+
+
+def _item_answer(kind: str, n: int, item: dict[str, Any]) -> dict[str, Any]:
+    data = [rank_data(item["seed"], r, item["length"]) for r in range(n)]
+    total = torch.stack(data).sum(0)
+    steps = n - 1 if kind in ("all_gather", "reduce_scatter") else 2 * (n - 1)
+    if kind == "pipelined":
+        steps *= item["n_segments"]
+    sent, received = _ring_pattern(n, steps)
+    if kind == "all_gather":
+        result = [torch.cat(data).tolist()] * n
+    elif kind == "reduce_scatter":
+        result = [c.tolist() for c in total.tensor_split(n)]
+    elif kind == "broadcast":
+        result = [data[item["root"]].tolist()] * n
+        sent, received = binomial_tree(n, item["root"])
+    else:
+        result = [total.tolist()] * n
+    largest = max(s.numel() for s in total.tensor_split(n)[0].tensor_split(
+        item.get("n_segments", 1)))
+    return {"result": result, "unchanged": [True] * n, "sent_to": sent,
+            "received_from": received, "largest_send": [largest] * n}
+
+
+def expected_answer(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `ranks.run_on_ranks(fn, kind, n, items)` returns for a right `fn`."""
+    per_item = [_item_answer(kind, n, item) for item in items]
+    out: dict[str, Any] = {f: [a[f] for a in per_item] for f in FIELDS[kind]}
+    out["collectives"] = []
+    return out
+
+
+def _with(expected: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    out = copy.deepcopy(expected)
+    out.update(fields)
+    return out
+
+
+def _common(kind: str, n: int, expected: dict[str, Any], items: list[dict[str, Any]]
+            ) -> dict[str, Any]:
+    """Slips every kind shares: a collective instead of messages, uncounted messages."""
+    silent: list[list[list[int]]] = [[[] for _ in range(n)] for _ in expected["result"]]
+    collective = {"all_gather": "all_gather_into_tensor", "reduce_scatter":
+                  "reduce_scatter_tensor", "broadcast": "broadcast"}.get(kind, "all_reduce")
+    out: dict[str, Any] = {
+        NO_MESSAGES: _with(expected, sent_to=silent, received_from=silent),
+        f"you called dist.{collective}; the exercise is to build it from dist.isend and "
+        "dist.irecv": _with(expected, sent_to=silent, received_from=silent,
+                            collectives=[collective]),
+    }
+    for name in FORBIDDEN.get(kind, ()):
+        own = [[rank_data(it["seed"], r, it["length"]).tolist() for r in range(n)]
+               for it in items]
+        out[f"the exercise asks you to write it yourself, not to call {name}"] = _with(
+            expected, result=own, sent_to=silent, received_from=silent, collectives=[name])
+    if kind != "broadcast":
+        out["each rank sends to its right neighbour (rank + 1) % N and receives from its "
+            "left one (rank - 1) % N; yours go the other way"] = _with(
+            expected, sent_to=expected["received_from"], received_from=expected["sent_to"])
+    return out
+
+
+def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Hint -> the answer that mistake gives, for this case (see the module doc)."""
+    expected = expected_answer(kind, n, items)
+    out = _common(kind, n, expected, items)
+    datas = [[rank_data(it["seed"], r, it["length"]) for r in range(n)] for it in items]
+    if kind in ("all_gather", "reduce_scatter"):
+        out["you changed the input tensor; leave it as it is (work on a copy, e.g. "
+            "tensor.clone())"] = _with(expected, unchanged=[[False] * n for _ in items])
+        out[f"a ring needs N-1 = {n - 1} steps; your ranks sent one message more"] = _with(
+            expected, sent_to=[[s + s[:1] for s in it] for it in expected["sent_to"]],
+            received_from=[[s + s[:1] for s in it] for it in expected["received_from"]])
+    if kind == "all_gather":
+        out["rank q's tensor belongs at position q of the result (rank order), not in the "
+            "order the pieces arrived"] = _with(expected, result=[
+                [torch.cat([d[(r - k) % n] for k in range(n)]).tolist() for r in range(n)]
+                for d in datas])
+    if kind == "reduce_scatter":
+        shifted = []
+        for it, d in zip(items, datas, strict=True):
+            final = ring_final(d, gather=False, shift=0)
+            bounds = chunk_bounds(it["length"], n)
+            shifted.append([final[r][slice(*bounds[r])] for r in range(n)])
+        out["rank r must end with the sum of chunk r: at step t it sends chunk "
+            "(r - 1 - t) % N; your chunks look shifted by one"] = _with(expected,
+                                                                       result=shifted)
+    if kind == "all_reduce":
+        out["the all-gather phase is missing: after the reduce-scatter each rank owns one "
+            "summed chunk; N-1 more steps pass the finished chunks around"] = _with(
+            expected, result=[ring_final(d, gather=False) for d in datas],
+            sent_to=[[s[: len(s) // 2] for s in it] for it in expected["sent_to"]],
+            received_from=[[s[: len(s) // 2] for s in it] for it in expected["received_from"]])
+        out["in the all-gather phase, put the arriving (finished) chunk in place (irecv "
+            "straight into the chunk); adding it to your partial sum counts some ranks "
+            "twice"] = _with(expected, result=[ring_final(d, add_in_gather=True)
+                                               for d in datas])
+        out["sum into the tensor you were given (in place), or return the result"] = _with(
+            expected, result=[[x.tolist() for x in d] for d in datas])
+    if kind == "pipelined":
+        out["each chunk went in one message: cut every chunk into n_segments segments "
+            "(chunk.tensor_split(n_segments)) and send them one by one"] = _with(
+            expected, sent_to=[[s[: len(s) // it["n_segments"]] for s in sent]
+                               for sent, it in zip(expected["sent_to"], items, strict=True)],
+            received_from=[[s[: len(s) // it["n_segments"]] for s in rec] for rec, it in
+                           zip(expected["received_from"], items, strict=True)],
+            largest_send=[[max(s.numel() for s in torch.stack(d).sum(0).tensor_split(n)[:1])]
+                          * n for d in datas])
+    if kind == "broadcast":
+        linear_sent = [[[(it["root"] + k) % n for k in range(1, n)] if r == it["root"] else []
+                        for r in range(n)] for it in items]
+        linear_received = [[[] if r == it["root"] else [it["root"]] for r in range(n)]
+                           for it in items]
+        out["the root sends to every rank itself (a linear broadcast: N-1 sends in a row from "
+            "one rank); in a binomial tree every rank that has the data sends on, so it takes "
+            "ceil(log2 N) rounds"] = _with(expected, sent_to=linear_sent,
+                                           received_from=linear_received)
+        trees = [binomial_tree(n, 0) for _ in items]
+        out["count ranks relative to the root, rel = (rank - root) % N: your tree starts at "
+            "rank 0 whatever the root"] = _with(
+            expected, result=[[d[0].tolist()] * n for d in datas],
+            sent_to=[t[0] for t in trees], received_from=[t[1] for t in trees])
+    return out

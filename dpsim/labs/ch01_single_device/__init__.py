@@ -1,0 +1,1 @@
+"""dpsim/labs/ch01_single_device"""

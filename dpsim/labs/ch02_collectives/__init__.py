@@ -1,0 +1,1 @@
+"""dpsim/labs/ch02_collectives"""

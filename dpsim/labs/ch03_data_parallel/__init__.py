@@ -1,0 +1,1 @@
+"""dpsim/labs/ch03_data_parallel"""

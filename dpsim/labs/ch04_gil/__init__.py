@@ -1,0 +1,1 @@
+"""dpsim/labs/ch04_gil"""

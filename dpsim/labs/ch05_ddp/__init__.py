@@ -1,0 +1,1 @@
+"""dpsim/labs/ch05_ddp"""

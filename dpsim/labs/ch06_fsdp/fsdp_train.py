@@ -1,0 +1,310 @@
+"""A real FSDP2 run: `fully_shard` per block then the root, over a 1-D device mesh.
+
+Each rank builds the same seeded model, shards it, and trains on its slice of every
+global batch (gloo on CPU, NCCL on GPUs). After the last step each rank reports the bytes
+of its local shards (`DTensor.to_local()`: parameters, gradients, optimizer state), both
+unpadded and as allocated (padded to ceil(dim0/N) rows), next to dpsim's prediction
+(`fsdp_shards.fsdp_rank_bytes`), and its part of the timeline recorded with torch.profiler
+(FSDP's own `FSDP::all_gather` / `FSDP::post_backward_reduce` ranges). On a GPU,
+torch.cuda memory statistics are sampled through the last step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpsim.runtime.fsdp_record import CudaSampler, profile_to_trace, quiet_stderr
+from dpsim.runtime.models import mlp
+from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
+from dpsim.sim.cost.memory import MemoryBreakdown
+from dpsim.sim.trace import Trace
+from dpsim.sim.validation import require_choice, require_int, require_range
+
+MODELS = ("mlp", "residual")
+TOLERANCE = 1e-5  # max |FSDP - one process| per parameter element after a few Adam steps
+IN_FEATURES, N_CLASSES = 13, 5  # odd sizes, so shards do not divide evenly
+
+
+class ResidualMLP(nn.Module):
+    """A projection, pre-norm residual blocks (LayerNorm, Linear, GELU, Linear), a head."""
+
+    def __init__(self, in_features: int = IN_FEATURES, width: int = 30, hidden: int = 45,
+                 depth: int = 2, n_classes: int = N_CLASSES) -> None:
+        super().__init__()
+        self.proj = nn.Linear(in_features, width)
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(),
+                          nn.Linear(hidden, width)) for _ in range(depth))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [batch, in_features] -> logits [batch, n_classes]."""
+        h = self.proj(x)
+        for block in self.blocks:
+            h = h + block(h)
+        return self.head(self.norm(h))
+
+
+def build_model(name: str, seed: int = 0) -> nn.Module:
+    """A small model with odd layer sizes: "mlp" (13-37-37-5) or "residual"."""
+    require_choice("model", name, MODELS)
+    torch.manual_seed(seed)
+    if name == "mlp":
+        return mlp(in_features=IN_FEATURES, hidden=37, depth=2, n_classes=N_CLASSES, seed=seed)
+    return ResidualMLP()
+
+
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The modules sharded one by one before the root: the blocks, else every leaf layer
+    that owns parameters."""
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, nn.ModuleList):
+        return list(blocks)
+    return [m for m in model.modules()
+            if not list(m.children()) and any(True for _ in m.parameters(recurse=False))]
+
+
+def param_shapes(model: nn.Module) -> list[tuple[int, ...]]:
+    """Shapes of the (unsharded) parameters, in registration order."""
+    return [tuple(p.shape) for p in model.parameters()]
+
+
+def check_mesh(world_size: int, mesh_size: int | None) -> int:
+    """The 1-D FSDP mesh must span every rank; return its size or raise ValueError."""
+    require_int("world_size", world_size, 1)
+    if mesh_size is None:
+        return world_size
+    require_int("mesh_size", mesh_size, 1)
+    if mesh_size != world_size:
+        raise ValueError(f"mesh_size={mesh_size} does not match world_size={world_size}; "
+                         f"allowed: mesh_size == world_size (a 1-D FSDP mesh spans all ranks)")
+    return mesh_size
+
+
+def shard(model: nn.Module, mesh: Any, reshard_after_forward: bool = True) -> nn.Module:
+    """`fully_shard` every block, then the root (which takes the remaining parameters).
+
+    `reshard_after_forward` applies to the blocks. The root keeps its parameters unsharded
+    after forward (`reshard_after_forward=False`, torch's own choice for the root when the
+    argument is left out): backward needs them first, so freeing them only to all-gather
+    them again at once would cost an all-gather and save no memory.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    for block in blocks_of(model):
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False)
+    return model
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def local_bytes(tensors: Sequence[torch.Tensor], padded: bool) -> int:
+    """Bytes of local shards: their elements, or (padded) their distinct storages."""
+    if not padded:
+        return sum(_local(t).numel() * _local(t).element_size() for t in tensors)
+    seen: dict[int, int] = {}
+    for t in tensors:
+        storage = _local(t).untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def measure_shards(model: nn.Module, optimizer: torch.optim.Optimizer, padded: bool
+                   ) -> MemoryBreakdown:
+    """Measured bytes of this rank's parameters, gradients and optimizer state."""
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    states = [v for s in optimizer.state.values() for v in s.values()
+              if isinstance(v, torch.Tensor)]
+    return MemoryBreakdown(local_bytes(params, padded), local_bytes(grads, padded),
+                           local_bytes(states, False))
+
+
+def _batches(steps: int, global_batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from dpsim.runtime.data import classification
+
+    data = classification(steps * global_batch, IN_FEATURES, N_CLASSES, seed=seed)
+    return data.tensors[0], data.tensors[1]
+
+
+def train_one_process(model_name: str, steps: int, global_batch: int, lr: float, seed: int
+                      ) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """The reference: the same model trained in one process on the whole global batch."""
+    from dpsim.runtime.optimizers import build_optimizer
+
+    model = build_model(model_name, seed)
+    opt = build_optimizer("adam", model.parameters(), lr)
+    x, y = _batches(steps, global_batch, seed)
+    losses = []
+    for step in range(steps):
+        sl = slice(step * global_batch, (step + 1) * global_batch)
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x[sl]), y[sl])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, losses
+
+
+def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), steps: int = 3,
+              batch_size: int = 4, lr: float = 1e-2, seed: int = 0,
+              mesh_size: int | None = None, record: bool = True) -> dict[str, Any]:
+    """Worker run on every rank by `launch`: train each model with FSDP2, measure, record."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from dpsim.runtime.optimizers import build_optimizer
+
+    check_mesh(world_size, mesh_size)
+    cuda = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    mesh = init_device_mesh(device.type, (world_size,))
+    out: dict[str, Any] = {}
+    for name in models:
+        model = build_model(name, seed)
+        shapes = param_shapes(model)
+        shard(model.to(device), mesh)
+        opt = build_optimizer("adam", model.parameters(), lr)
+        x, y = _batches(steps, batch_size * world_size, seed)
+        losses: list[float] = []
+        trace: Trace | None = None
+        cuda_stats: dict[str, int] | None = None
+        for step in range(steps):
+            lo = step * batch_size * world_size + rank * batch_size
+            xb, yb = x[lo:lo + batch_size].to(device), y[lo:lo + batch_size].to(device)
+            last = step == steps - 1
+            if last and cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+            if last and record:
+                dist.barrier()  # the recorded step starts together on every rank
+            prof = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                    if last and record else None)
+            if prof is not None:
+                with quiet_stderr():
+                    prof.__enter__()
+            sampler = CudaSampler(blocks_of(model), rank) if last and cuda else None
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            if prof is not None:
+                with quiet_stderr():
+                    prof.__exit__(None, None, None)
+                trace = profile_to_trace(prof, rank)
+            if sampler is not None:
+                trace = sampler.close(trace or Trace("measured", meta={"rank": rank}))
+            losses.append(loss.item())
+            if last and cuda:
+                torch.cuda.synchronize()
+                cuda_stats = {"allocated_before_step": before,
+                              "peak_allocated": torch.cuda.max_memory_allocated(),
+                              "allocated_after_step": torch.cuda.memory_allocated()}
+        full = {n: p.full_tensor().detach().cpu()  # type: ignore[attr-defined]
+                for n, p in model.named_parameters()}
+        out[name] = {
+            "losses": losses,
+            "local": measure_shards(model, opt, padded=False),
+            "padded": measure_shards(model, opt, padded=True),
+            "predicted_local": fsdp_rank_bytes(shapes, world_size, rank),
+            "predicted_padded": fsdp_rank_bytes(shapes, world_size, rank, padded=True),
+            "params": full if rank == 0 else None,
+            "trace": trace.to_dict() if trace is not None else None,
+            "cuda": cuda_stats,
+            "device": str(device),
+        }
+    return out
+
+
+@dataclass
+class FSDPRun:
+    """What a real FSDP2 run measured, per rank, next to dpsim's prediction (bytes)."""
+
+    model: str
+    world_size: int
+    device: str
+    losses: list[float]  # mean loss over the global batch, per step
+    measured: list[MemoryBreakdown]  # per rank: local shards (unpadded)
+    measured_padded: list[MemoryBreakdown]  # per rank: storage allocated (padding included)
+    predicted: list[MemoryBreakdown]
+    predicted_padded: list[MemoryBreakdown]
+    params: dict[str, torch.Tensor]  # full parameters after training (gathered on rank 0)
+    trace: Trace | None  # measured timeline of the last step, all ranks
+    cuda: list[dict[str, int] | None] = field(default_factory=list)
+    single_params: dict[str, torch.Tensor] | None = None
+    single_losses: list[float] | None = None
+
+    @property
+    def matches_prediction(self) -> bool:
+        """True when every rank's measured bytes equal the prediction, padded and not."""
+        return self.measured == self.predicted and self.measured_padded == self.predicted_padded
+
+    @property
+    def max_abs_diff(self) -> float:
+        """Largest |FSDP - one process| over every parameter element (nan if not compared)."""
+        if self.single_params is None:
+            return float("nan")
+        return max(float((self.params[n] - p).abs().max()) for n, p in self.single_params.items())
+
+    def table(self) -> list[dict[str, object]]:
+        """One row per rank: measured and predicted model-state bytes."""
+        return [{"rank": r, "params_B": m.parameters, "grads_B": m.gradients,
+                 "optimizer_B": m.optimizer, "padded_params_B": mp.parameters,
+                 "padded_grads_B": mp.gradients, "predicted_equal": m == p and mp == pp}
+                for r, (m, mp, p, pp) in enumerate(zip(
+                    self.measured, self.measured_padded, self.predicted, self.predicted_padded,
+                    strict=True))]
+
+
+def run_fsdp_models(world_size: int = 2, models: tuple[str, ...] = ("mlp",), *, steps: int = 3,
+                    batch_size: int = 4, lr: float = 1e-2, seed: int = 0,
+                    mesh_size: int | None = None, record: bool = True,
+                    compare_single: bool = True, backend: str = "auto",
+                    timeout_s: float = 120.0) -> dict[str, FSDPRun]:
+    """Launch `world_size` ranks once and train every model in `models` with FSDP2."""
+    from dpsim.runtime.launch import launch
+
+    check_mesh(world_size, mesh_size)
+    require_int("steps", steps, 1, 10_000)
+    require_int("batch_size", batch_size, 1, 1 << 16)
+    require_range("lr", lr, 0, low_inclusive=False)
+    for name in models:
+        require_choice("model", name, MODELS)
+    ranks = launch(fsdp_rank, world_size, args=(tuple(models), steps, batch_size, lr, seed,
+                                                mesh_size, record),
+                   backend=backend, timeout_s=timeout_s)
+    runs: dict[str, FSDPRun] = {}
+    for name in models:
+        per = [r[name] for r in ranks]
+        traces = [Trace.from_dict(p["trace"]) for p in per if p["trace"] is not None]
+        trace = None
+        if traces:
+            trace = Trace("measured", [e for t in traces for e in t.events],
+                          [m for t in traces for m in t.memory],
+                          meta={"strategy": "fsdp", "model": name, "world_size": world_size,
+                                "aligned": "each rank's times start at its own first event"})
+        losses = [sum(p["losses"][s] for p in per) / world_size for s in range(steps)]
+        run = FSDPRun(name, world_size, per[0]["device"], losses,
+                      [p["local"] for p in per], [p["padded"] for p in per],
+                      [p["predicted_local"] for p in per], [p["predicted_padded"] for p in per],
+                      per[0]["params"], trace, [p["cuda"] for p in per])
+        if compare_single:
+            run.single_params, run.single_losses = train_one_process(
+                name, steps, batch_size * world_size, lr, seed)
+        runs[name] = run
+    return runs
+
+
+def run_fsdp(world_size: int = 2, model: str = "mlp", **kwargs: Any) -> FSDPRun:
+    """Train one model with FSDP2 on `world_size` ranks (see run_fsdp_models for options)."""
+    return run_fsdp_models(world_size, (model,), **kwargs)[model]

@@ -1,0 +1,1 @@
+"""dpsim/labs/ch08_myths"""

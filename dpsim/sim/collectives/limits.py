@@ -1,0 +1,67 @@
+"""The domain of the collectives' inputs: how many ranks, how many bytes, which links.
+
+Closed forms cost the same whatever N is, so they take any world size a dpsim `Cluster`
+can hold (1024 devices x 4096 nodes). Answers with one entry per rank (bytes per rank,
+chunk bounds) take up to 65,536 ranks, 64 times the course's largest case of 1024 GPUs;
+schedules (N rounds of N messages for the ring, O(N**2) memory) up to 1024. The
+step-by-step ring keeps every rank's array after every step and who summed into every
+chunk (N**3 entries a step), so it takes up to 32 ranks and 2**23 stored numbers. A
+message is at most 2**46 bytes (64 TiB, 256 times the fp32 gradients of a 70B model), so
+that N * S, the most one rank ever sends, fits in an int64 for every listed N.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from dpsim.sim.hardware import Link
+from dpsim.sim.validation import require_choice, require_finite, require_int
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",
+               "gather")
+ALGORITHMS = ("ring", "tree", "naive")
+
+MAX_WORLD_SIZE = 1024 * 4096  # ranks in a closed form: the largest dpsim Cluster
+MAX_LISTED_RANKS = 1 << 16  # ranks in an answer with one entry per rank
+MAX_SCHEDULE_RANKS = 1024  # ranks in a schedule built round by round (O(N**2) messages)
+MAX_NBYTES = 1 << 46  # bytes of one collective's full tensor (64 TiB)
+MAX_RING_RANKS = 32  # ranks in the step-by-step ring (ring.ring_all_reduce_steps)
+MAX_RING_STORED = 1 << 23  # numbers its snapshots hold: (2N - 1) steps x N ranks x length
+
+
+def check_collective(collective: str, nbytes: int, world_size: int, algorithm: str,
+                     max_world_size: int = MAX_WORLD_SIZE) -> None:
+    """Refuse an unknown collective or algorithm, or nbytes / world_size out of range."""
+    require_choice("collective", collective, COLLECTIVES)
+    require_choice("algorithm", algorithm, ALGORITHMS)
+    require_int("nbytes", nbytes, 0, MAX_NBYTES)
+    require_int("world_size", world_size, 1, max_world_size)
+
+
+def check_link(link: Link, field: str = "link") -> Link:
+    """Refuse anything but a `Link` with finite latency (>= 0 us) and bandwidth (> 0 GB/s)."""
+    if not isinstance(link, Link):
+        raise ValueError(f"{field}={link!r} is not a Link; give a dpsim.sim.hardware.Link")
+    require_finite(f"{field}.latency_us", link.latency_us, 0)
+    require_finite(f"{field}.bandwidth_GBps", link.bandwidth_GBps, 0, low_inclusive=False)
+    return link
+
+
+def finite_seconds(seconds: float, latency_s: float, link: Link, field: str = "link") -> float:
+    """Return `seconds` if finite; else say which of the link's numbers made it overflow."""
+    if math.isfinite(seconds):
+        return seconds
+    if not math.isfinite(latency_s):
+        raise ValueError(f"{field}.latency_us={link.latency_us!r} is too large: the time "
+                         "overflows; give a smaller latency")
+    raise ValueError(f"{field}.bandwidth_GBps={link.bandwidth_GBps!r} is too small: the time "
+                     "overflows; give a larger bandwidth")
+
+
+def check_names(field: str, names: Sequence[str], allowed: Sequence[str]) -> list[str]:
+    """Every entry of a list of names is one of `allowed`; a bare string is refused."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValueError(f"{field}={names!r} is not a list of names; give a list or tuple "
+                         f"of {', '.join(repr(a) for a in allowed)}")
+    return [require_choice(f"{field}[{i}]", name, allowed) for i, name in enumerate(names)]

@@ -1,0 +1,121 @@
+"""A collective's cost as series for figures: bytes per rank, time and bandwidth per size.
+
+`rank_traffic` (bytes each rank sends and receives, per algorithm), `bandwidth_series`
+(algbw and busbw of measured times) and `model_series` (alpha-beta time and busbw per
+size, per algorithm) compute what `dpsim.viz.traffic` draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dpsim.sim.collectives.cost import (
+    ALGORITHMS,
+    algbw_GBps,
+    busbw_GBps,
+    bytes_received_per_rank,
+    bytes_sent_per_rank,
+    collective_time_s,
+    ring_bytes_per_rank_formula,
+)
+from dpsim.sim.collectives.limits import (
+    COLLECTIVES,
+    MAX_LISTED_RANKS,
+    MAX_NBYTES,
+    MAX_WORLD_SIZE,
+    check_collective,
+    check_link,
+    check_names,
+)
+from dpsim.sim.hardware import Link
+from dpsim.sim.validation import require_choice, require_finite, require_int
+
+
+@dataclass(frozen=True)
+class RankTraffic:
+    """Bytes each rank sends and receives in one collective, per algorithm (index = rank)."""
+
+    collective: str
+    nbytes: int  # S, the full tensor
+    world_size: int
+    sent: dict[str, list[int]]  # algorithm -> bytes per rank
+    received: dict[str, list[int]]
+    ring_formula_bytes: float  # 2(N-1)/N S: a rank's bytes in a ring all-reduce
+
+
+@dataclass(frozen=True)
+class SizeSeries:
+    """Seconds, algbw and busbw (GB/s) per message size (bytes) for one implementation."""
+
+    sizes_bytes: list[int]
+    time_s: list[float]
+    algbw_GBps: list[float]
+    busbw_GBps: list[float]
+
+
+def rank_traffic(collective: str, nbytes: int, world_size: int,
+                 algorithms: Sequence[str] = ("naive", "tree", "ring")) -> RankTraffic:
+    """Bytes sent and received by every rank under each algorithm (simulated)."""
+    check_collective(collective, nbytes, world_size, "ring", MAX_LISTED_RANKS)
+    check_names("algorithms", algorithms, ALGORITHMS)
+    return RankTraffic(
+        collective, nbytes, world_size,
+        {a: bytes_sent_per_rank(collective, nbytes, world_size, a) for a in algorithms},
+        {a: bytes_received_per_rank(collective, nbytes, world_size, a) for a in algorithms},
+        ring_bytes_per_rank_formula(nbytes, world_size))
+
+
+def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: int,
+                     collective: str = "all_reduce") -> dict[str, SizeSeries]:
+    """algbw and busbw (nccl-tests definitions) of measured seconds per size, per impl."""
+    require_choice("collective", collective, COLLECTIVES)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    _check_measured(measured)
+    out = {}
+    for impl, per_size in measured.items():
+        sizes = sorted(per_size)
+        out[impl] = SizeSeries(sizes, [per_size[s] for s in sizes],
+                               [algbw_GBps(s, per_size[s]) for s in sizes],
+                               [busbw_GBps(collective, s, world_size, per_size[s])
+                                for s in sizes])
+    return out
+
+
+def model_series(collective: str, world_size: int, link: Link, sizes_bytes: Sequence[int],
+                 algorithms: Sequence[str] = ALGORITHMS) -> dict[str, SizeSeries]:
+    """Alpha-beta seconds, algbw and busbw per size for each algorithm (0 GB/s at 0 s)."""
+    check_collective(collective, 0, world_size, "ring")
+    check_link(link)
+    if isinstance(sizes_bytes, str) or not isinstance(sizes_bytes, Sequence):
+        raise ValueError(f"sizes_bytes={sizes_bytes!r} is not a list; give a list of sizes "
+                         "in bytes")
+    for i, size in enumerate(sizes_bytes):
+        require_int(f"sizes_bytes[{i}]", size, 0, MAX_NBYTES)
+    check_names("algorithms", algorithms, ALGORITHMS)
+    out = {}
+    for algorithm in algorithms:
+        times = [collective_time_s(collective, s, world_size, link, algorithm)
+                 for s in sizes_bytes]
+        pairs = list(zip(sizes_bytes, times, strict=True))
+        out[algorithm] = SizeSeries(
+            list(sizes_bytes), times, [algbw_GBps(s, t) if t > 0 else 0.0 for s, t in pairs],
+            [busbw_GBps(collective, s, world_size, t) if t > 0 else 0.0 for s, t in pairs])
+    return out
+
+
+def _check_measured(measured: Mapping[str, Mapping[int, float]]) -> None:
+    """{implementation: {bytes: seconds > 0}}, every size an int, every time finite."""
+    if not isinstance(measured, Mapping):
+        raise ValueError(f"measured={measured!r} is not a mapping; give "
+                         "{implementation: {bytes: seconds}}")
+    for impl, per_size in measured.items():
+        if not isinstance(per_size, Mapping):
+            raise ValueError(f"measured[{impl!r}]={per_size!r} is not a mapping; give "
+                             "{bytes: seconds}")
+        for size, seconds in per_size.items():
+            require_int(f"measured[{impl!r}] size", size, 0, MAX_NBYTES)
+            require_finite(f"measured[{impl!r}][{size!r}]", seconds, 0, low_inclusive=False)
+            if size / seconds == float("inf"):
+                raise ValueError(f"measured[{impl!r}][{size!r}]={seconds!r} is too small: "
+                                 "the bandwidth overflows; give a longer time")

@@ -1,0 +1,1 @@
+"""dpsim/sim/cost"""

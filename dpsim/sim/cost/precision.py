@@ -1,0 +1,152 @@
+"""Precision policies: which dtype each model state is stored in, computed in, sent in.
+
+Two schemes train "in mixed precision" and keep different bytes:
+
+* torch's (`torch.autocast`, FSDP2's `MixedPrecisionPolicy`): parameters stay fp32 (FSDP2:
+  the fp32 *sharded* parameter), matmuls run in a 16-bit copy made on the fly (autocast's
+  cast cache; FSDP2's all-gathered unsharded parameter), gradients land in fp32 on the
+  parameter (FSDP2 reduces them in `reduce_dtype`, then casts the shard to fp32), and the
+  optimizer keeps fp32 moments: 4 + 4 + 8 bytes per parameter with Adam;
+* ZeRO's and Megatron's: 16-bit parameters and gradients, an fp32 master copy inside the
+  optimizer with the moments: 2 + 2 + 12 (ZeRO's K = 12).
+
+With Adam both total 16 B/param, but the split differs, so sharding one category (ZeRO-1:
+the optimizer state; ZeRO-2: also the gradients) leaves different bytes per device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
+from dpsim.sim.cost.memory import OPTIMIZERS, STEP_BYTES, ZERO_STAGES, MemoryBreakdown
+from dpsim.sim.hardware import MAX_WORLD_SIZE
+from dpsim.sim.validation import MAX_COUNT, require_bool, require_choice, require_int, require_type
+from dpsim.sim.workload import DTYPE_BYTES
+
+POLICIES = ("fp32", "torch_amp", "zero_mixed", "pure_16bit")
+LOW_DTYPES = ("bf16", "fp16")
+_MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Dtypes of a training step: stored, computed in, communicated (names from DTYPE_BYTES)."""
+
+    name: str  # one of POLICIES
+    param_dtype: str  # the parameters the optimizer updates (FSDP2: the sharded parameter)
+    compute_dtype: str  # matmul inputs (autocast's dtype; MixedPrecisionPolicy.param_dtype)
+    grad_dtype: str  # p.grad after backward
+    reduce_dtype: str  # gradients are all-reduced / reduce-scattered in this dtype
+    state_dtype: str  # optimizer moments
+    master_copy: bool  # the optimizer keeps an fp32 copy of 16-bit parameters (ZeRO)
+
+    def __post_init__(self) -> None:
+        require_choice("name", self.name, POLICIES)
+        for f in ("param_dtype", "compute_dtype", "grad_dtype", "reduce_dtype", "state_dtype"):
+            require_choice(f, getattr(self, f), DTYPE_BYTES)
+        require_bool("master_copy", self.master_copy)
+
+    @property
+    def gathered_dtype(self) -> str:
+        """Dtype of FSDP's all-gathered (unsharded) parameters: the compute dtype."""
+        return self.compute_dtype
+
+
+def precision_policy(name: str = "torch_amp", low: str = "bf16",
+                     reduce_dtype: str | None = None) -> PrecisionPolicy:
+    """A named policy with 16-bit dtype `low`; `reduce_dtype` (torch_amp only) defaults to
+    fp32 for DDP-style autocast and is what MixedPrecisionPolicy(reduce_dtype=...) sets."""
+    require_choice("name", name, POLICIES)
+    require_choice("low", low, LOW_DTYPES)
+    if reduce_dtype is not None:
+        require_choice("reduce_dtype", reduce_dtype, DTYPE_BYTES)
+        if name != "torch_amp":
+            raise ValueError(f"reduce_dtype={reduce_dtype!r} with name={name!r}; allowed: "
+                             "reduce_dtype only with name='torch_amp' (None otherwise)")
+    if name == "fp32":
+        return PrecisionPolicy(name, "fp32", "fp32", "fp32", "fp32", "fp32", False)
+    if name == "torch_amp":
+        return PrecisionPolicy(name, "fp32", low, "fp32", reduce_dtype or "fp32", "fp32", False)
+    if name == "zero_mixed":
+        return PrecisionPolicy(name, low, low, low, low, "fp32", True)
+    return PrecisionPolicy(name, low, low, low, low, low, False)
+
+
+def policy_model_state_bytes(n_params: int, n_param_tensors: int, policy: PrecisionPolicy,
+                             optimizer: str = "adam") -> MemoryBreakdown:
+    """Parameters, gradients and optimizer bytes of `n_params` elements in
+    `n_param_tensors` tensors (Adam keeps a 4-byte fp32 `step` per tensor)."""
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
+    require_type("policy", policy, PrecisionPolicy)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    p, g, o = policy_bytes_per_param(policy, optimizer)
+    steps = n_param_tensors * STEP_BYTES if optimizer in ("adam", "adamw") else 0
+    return MemoryBreakdown(p * n_params, g * n_params, o * n_params + steps)
+
+
+def policy_bytes_per_param(policy: PrecisionPolicy, optimizer: str = "adam"
+                           ) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer) bytes per parameter: torch_amp with Adam 4 + 4 + 8,
+    zero_mixed 2 + 2 + 12, fp32 4 + 4 + 8, pure_16bit 2 + 2 + 4."""
+    require_type("policy", policy, PrecisionPolicy)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    state = _MOMENTS[optimizer] * DTYPE_BYTES[policy.state_dtype]
+    master = 4 if policy.master_copy else 0
+    return DTYPE_BYTES[policy.param_dtype], DTYPE_BYTES[policy.grad_dtype], state + master
+
+
+def fsdp_policy_rank_bytes(param_shapes: list[tuple[int, ...]], world_size: int, rank: int,
+                           policy: PrecisionPolicy, optimizer: str = "adam",
+                           padded: bool = False) -> MemoryBreakdown:
+    """Model-state bytes `rank` holds after an FSDP2 step under `policy` (torch_amp or fp32:
+    MixedPrecisionPolicy keeps fp32 sharded parameters, gradients and moments)."""
+    require_type("policy", policy, PrecisionPolicy)
+    if policy.master_copy or policy.param_dtype != policy.state_dtype:
+        raise ValueError(f"policy={policy.name!r} is not what FSDP2 keeps; allowed: "
+                         "'fp32', 'torch_amp' or 'pure_16bit'")
+    return fsdp_rank_bytes(param_shapes, world_size, rank, dtype=policy.param_dtype,
+                           optimizer=optimizer, padded=padded)
+
+
+def zero_stage_bytes(n_params: int, world_size: int, stage: int, policy: PrecisionPolicy,
+                     optimizer: str = "adam") -> MemoryBreakdown:
+    """Model states per device under ZeRO `stage` (0 = DDP) for a policy (per-tensor `step`
+    scalars left out): stage 1 shards the optimizer, 2 also gradients, 3 also parameters."""
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    require_int("stage", stage)
+    require_choice("stage", stage, ZERO_STAGES)
+    p, g, o = policy_bytes_per_param(policy, optimizer)
+    n = world_size
+    return MemoryBreakdown(p * n_params // (n if stage >= 3 else 1),
+                           g * n_params // (n if stage >= 2 else 1),
+                           o * n_params // (n if stage >= 1 else 1))
+
+
+def scheme_table(n_params: int, world_size: int, optimizer: str = "adam",
+                 low: str = "bf16") -> list[dict[str, object]]:
+    """Per ZeRO stage: model-state bytes per device, torch's scheme beside ZeRO's."""
+    rows: list[dict[str, object]] = []
+    torch_p, zero_p = precision_policy("torch_amp", low), precision_policy("zero_mixed", low)
+    for stage in ZERO_STAGES:
+        t = zero_stage_bytes(n_params, world_size, stage, torch_p, optimizer)
+        z = zero_stage_bytes(n_params, world_size, stage, zero_p, optimizer)
+        rows.append({"stage": stage, "torch_params_B": t.parameters,
+                     "torch_grads_B": t.gradients, "torch_optimizer_B": t.optimizer,
+                     "torch_total_B": t.model_states, "zero_params_B": z.parameters,
+                     "zero_grads_B": z.gradients, "zero_optimizer_B": z.optimizer,
+                     "zero_total_B": z.model_states})
+    return rows
+
+
+def offloaded(breakdown: MemoryBreakdown, offload: bool) -> tuple[MemoryBreakdown, int]:
+    """(device bytes, host bytes) of a rank's model states under FSDP2's CPUOffloadPolicy:
+    sharded parameters, gradients and optimizer state live in host memory (the optimizer
+    steps on the CPU); activations and all-gathered parameters stay on the device."""
+    require_type("breakdown", breakdown, MemoryBreakdown)
+    require_bool("offload", offload)
+    if not offload:
+        return breakdown, 0
+    return MemoryBreakdown(activations=breakdown.activations), breakdown.model_states

@@ -1,0 +1,161 @@
+"""What every strategy implements: the `Strategy` protocol and the typed `StepResult`.
+
+A strategy (single device, DataParallel, DDP, FSDP / ZeRO, ...) simulates one training
+step into a `Trace` and turns its own trace into a `StepResult`; the planner, the figures
+and the dashboards read only that result and the planner-level facts below, so adding a
+strategy means one module implementing this protocol and one line in `registry.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
+
+from dpsim.sim.hardware import Cluster
+from dpsim.sim.strategies.inputs import require_split
+from dpsim.sim.trace import Trace
+from dpsim.sim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.workload import Workload
+
+ConfigT = TypeVar("ConfigT")
+MAX_TRANSFERS = 1000.0  # model-sized transfers per step in a crossover formula
+MAX_ALPHA_TERMS = 1 << 30  # latencies per step per extra device
+# ring latencies of one collective per extra device (`collectives.cost`: 2(N-1), (N-1))
+LATENCIES_PER_COLLECTIVE = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One training step on the busiest device, split into its parts (seconds, bytes)."""
+
+    step_s: float  # the whole step
+    compute_s: float  # forward + backward + optimizer (busy time of the compute stream)
+    hidden_comm_s: float  # communication that ran while compute ran
+    exposed_comm_s: float  # communication the step waited for
+    other_s: float  # remaining host time (DP: Python threads, GIL, gathers on device 0)
+    peak_bytes: tuple[int, ...]  # peak memory per device, index = device
+    sent_bytes_per_device: int  # bytes one device sends per step
+    batch_per_device: int  # largest local batch (0: not recorded, a measured trace)
+    n_devices: int
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "compute_s", "hidden_comm_s", "exposed_comm_s", "other_s"):
+            require_finite(name, getattr(self, name), 0)
+        require_int("n_devices", self.n_devices, 1)
+        require_int("batch_per_device", self.batch_per_device, 0)
+        require_int("sent_bytes_per_device", self.sent_bytes_per_device, 0)
+        if not isinstance(self.peak_bytes, tuple):
+            raise ValueError(f"peak_bytes={self.peak_bytes!r} is not a tuple; allowed: a tuple "
+                             "of bytes, one per device")
+        for nbytes in set(self.peak_bytes):  # n_devices copies of one value when all are equal
+            require_int("peak_bytes", nbytes, 0)
+        if len(self.peak_bytes) != self.n_devices:
+            raise ValueError(f"peak_bytes has {len(self.peak_bytes)} entries for n_devices="
+                             f"{self.n_devices}; allowed: one per device")
+
+    @property
+    def comm_s(self) -> float:
+        """All communication of the step: hidden + exposed (seconds)."""
+        return self.hidden_comm_s + self.exposed_comm_s
+
+    @property
+    def overlap_fraction(self) -> float:
+        """Share of communication hidden behind compute (1.0 when there is none)."""
+        return self.hidden_comm_s / self.comm_s if self.comm_s > 0 else 1.0
+
+    @property
+    def scaling_efficiency(self) -> float:
+        """Throughput per device relative to the same step without communication."""
+        return self.compute_s / self.step_s if self.step_s > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a strategy keeps the training state (for the side-by-side table)."""
+
+    replicated: str  # held whole on every device
+    sharded: str  # split across the devices
+    use_when: str  # when to choose this strategy
+
+    def __post_init__(self) -> None:
+        for name in ("replicated", "sharded", "use_when"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name}={getattr(self, name)!r} is not a string; allowed: "
+                                 "text for the side-by-side table")
+
+
+@dataclass(frozen=True)
+class CrossoverTerms:
+    """The closed form c0 + c*G/N = k*S/B + A*alpha*N for one strategy and workload."""
+
+    model_transfers: float  # k: model-sized transfers per step (2 all-reduce, 3 ZeRO-3)
+    alpha_terms: int  # A: latencies per step per extra device
+    forward_covered: bool  # True: communication also hides behind forward compute
+    collective: str = "all_reduce"  # whose ring latencies A counts (2 per all-reduce, else 1)
+
+    def __post_init__(self) -> None:
+        require_finite("model_transfers", self.model_transfers, 0, MAX_TRANSFERS,
+                       low_inclusive=False)
+        require_int("alpha_terms", self.alpha_terms, 0, MAX_ALPHA_TERMS)
+        require_bool("forward_covered", self.forward_covered)
+        require_choice("collective", self.collective, LATENCIES_PER_COLLECTIVE)
+
+    @property
+    def collectives(self) -> int:
+        """C: collectives per step (A over the ring latencies of one per extra device)."""
+        return -(-self.alpha_terms // LATENCIES_PER_COLLECTIVE[self.collective])
+
+
+@runtime_checkable
+class Strategy(Protocol[ConfigT]):
+    """A way of training on n devices, as the planner sees it."""
+
+    @property
+    def name(self) -> str:
+        """Registry key, e.g. "ddp"."""
+
+    @property
+    def label(self) -> str:
+        """Name shown to people, e.g. "ZeRO-1 (optimizer state sharded)"."""
+
+    @property
+    def placement(self) -> Placement:
+        """What is replicated, what is sharded, when to use it."""
+
+    @property
+    def config_type(self) -> type[ConfigT]:
+        """The config class `simulate` takes."""
+
+    @property
+    def single_node(self) -> bool:
+        """True when one process drives every device (DP): limited to one node."""
+
+    @property
+    def max_devices(self) -> int | None:
+        """Most devices the strategy uses (1 for one device); None: no limit of its own."""
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """Samples on the busiest device; ValueError when the batch does not split."""
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> ConfigT:
+        """The config of one planner step ("fp32" or "mixed" precision)."""
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: ConfigT) -> Trace:
+        """One simulated step on `cluster` (single device: on its device)."""
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """The step split of a trace this strategy simulated."""
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """The crossover formula's terms, or None when it has no closed form here."""
+
+
+def split_evenly(n_devices: int, global_batch: int) -> int:
+    """Samples per device when every device gets the same number; ValueError otherwise."""
+    require_split(n_devices, global_batch)
+    if global_batch % n_devices:
+        raise ValueError(f"global_batch={global_batch} does not split over n_devices="
+                         f"{n_devices}; allowed: a multiple of {n_devices}")
+    return global_batch // n_devices
+

@@ -1,0 +1,333 @@
+"""DistributedDataParallel simulated: gradient buckets all-reduced while backward runs.
+
+The step simulated by default is a step after the first: DDP has rebuilt its buckets in
+the order backward produced the gradients (about the reverse of the parameters; pass
+`ready_order` for a real model's). The first bucket is capped at `first_bucket_cap_mb`
+(1 MiB, DDP's `_DEFAULT_FIRST_BUCKET_BYTES`, when bucket_cap_mb is not passed; an explicit
+bucket_cap_mb caps it too: `first_bucket_cap_for`) so that communication starts early;
+the others at `bucket_cap_mb` (25 MiB by default). `first_iteration=True` simulates DDP's
+first step with the default find_unused_parameters=False: one bucket holding every
+gradient, all-reduced after backward (see `ddp_buckets`). A bucket closes as soon
+as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bucket's
+all-reduce starts when its last gradient is ready and runs on a communication stream, one
+bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
+A bucket's all-reduce costs what `collectives.group_cost` says for the whole cluster:
+NCCL's model on GPU links (`algorithm="auto"`: NCCL's choice), the closed form on generic
+ones.
+
+DDP's bookkeeping is modelled as one operator's overhead per gradient (its autograd hook)
+and, unless `gradient_as_bucket_view`, a copy of every gradient into its bucket and of
+the averaged buckets back into p.grad. Not modelled: DDP's Python work per step, and on
+CPUs the cores that communication takes from compute.
+
+Every rank runs the same timeline, so the Trace holds rank 0 (device 0). A Workload lists
+layers, not tensors: by default each layer's gradients count as one tensor; pass
+`tensors` (see `grad_tensors(workload, names=...)`) and `ready_order` for the exact
+buckets of a real model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dpsim.sim.collectives.cost import ALGORITHMS, collective_time_s, ring_bytes_per_rank_formula
+from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS, group_link, group_time_s
+from dpsim.sim.collectives.nccl import group_shape
+from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
+from dpsim.sim.cost.memory import (
+    OPTIMIZERS,
+    checkpointed_activation_bytes,
+    model_state_bytes,
+    precision_dtype,
+)
+from dpsim.sim.hardware import Cluster, Device, Link
+from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
+from dpsim.sim.strategies.ddp_buckets import DEFAULT_BUCKET_CAP_MB as DEFAULT_BUCKET_CAP_MB
+from dpsim.sim.strategies.ddp_buckets import (
+    DEFAULT_FIRST_BUCKET_CAP_MB as DEFAULT_FIRST_BUCKET_CAP_MB,
+)
+from dpsim.sim.strategies.ddp_buckets import Bucket as Bucket
+from dpsim.sim.strategies.ddp_buckets import GradTensor as GradTensor
+from dpsim.sim.strategies.ddp_buckets import MiB as MiB  # re-exported, like those below
+from dpsim.sim.strategies.ddp_buckets import build_buckets as build_buckets
+from dpsim.sim.strategies.ddp_buckets import check_caps
+from dpsim.sim.strategies.ddp_buckets import first_bucket_cap_for as first_bucket_cap_for
+from dpsim.sim.strategies.ddp_buckets import first_iteration_buckets as first_iteration_buckets
+from dpsim.sim.strategies.ddp_buckets import grad_tensors as grad_tensors
+from dpsim.sim.strategies.inputs import (
+    MAX_COUNT,
+    MAX_DEVICES,
+    require_cluster,
+    require_config,
+    require_device,
+    require_instance,
+    require_ints,
+    require_link,
+    require_make_config,
+    require_sequence,
+    require_step_time,
+    require_terms,
+    require_trace,
+    require_workload,
+    shown,
+)
+from dpsim.sim.trace import Event, Trace
+from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.workload import DTYPE_BYTES, Workload
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """One DDP training step on every rank."""
+
+    batch_size: int = 32  # samples per process per step (global batch = batch_size * N)
+    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB  # MiB per bucket after the first
+    first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB  # MiB for the first bucket
+    overlap: bool = True  # False: all-reduce every bucket only after backward ends
+    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    dtype: str = "fp32"  # compute and gradient dtype
+    algorithm: str = "auto"  # all-reduce algorithm: "auto" (NCCL's choice on GPU links, the
+    # ring on generic ones) or forced, one of collectives.group_cost.GROUP_ALGORITHMS
+    gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
+    mixed_precision: bool = False  # memory: 16-bit working copy + fp32 master and moments
+    first_iteration: bool = False  # True: the first step (one bucket of every gradient)
+    activation_checkpointing: bool = False  # keep layer inputs; recompute forward in backward
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, 1, 1 << 24)
+        check_caps(self.bucket_cap_mb, self.first_bucket_cap_mb)
+        require_bool("overlap", self.overlap)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_choice("dtype", self.dtype, DTYPE_BYTES)
+        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
+        require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
+        require_bool("mixed_precision", self.mixed_precision)
+        require_bool("first_iteration", self.first_iteration)
+        if self.mixed_precision and self.dtype == "fp32":
+            raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
+        require_bool("activation_checkpointing", self.activation_checkpointing)
+
+
+def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
+                      ) -> float:
+    """Seconds to all-reduce one bucket of `nbytes` over `link` (the alpha-beta closed form,
+    dpsim.sim.collectives.cost); `simulate` costs a cluster's buckets with `group_cost`."""
+    require_int("nbytes", nbytes, 0, MAX_COUNT)
+    require_int("world_size", world_size, 1, MAX_DEVICES)
+    require_link(link)
+    require_choice("algorithm", algorithm, ALGORITHMS)
+    return collective_time_s("all_reduce", nbytes, world_size, link, algorithm)
+
+
+def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = None, *,
+             tensors: Sequence[GradTensor] | None = None,
+             ready_order: Sequence[str] | None = None) -> Trace:
+    """Timeline of one DDP step on rank 0 of `cluster` (every rank runs the same one).
+
+    `tensors` and `ready_order`: a real model's gradients (see `build_buckets`).
+
+    Events: per-layer forward and backward on stream "compute", one "all_reduce" per
+    bucket on stream "comm", then the optimizer. meta: step_time_s, buckets, world_size.
+    """
+    _check_simulate(workload, cluster, config, tensors)
+    cfg = config or DDPConfig()
+    n = cluster.world_size
+    shape = group_shape(cluster)  # every rank, nodes filled first
+    link = group_link(cluster, shape)
+    device = cluster.device
+    grads = list(tensors) if tensors is not None else grad_tensors(workload, cfg.dtype)
+    buckets = (first_iteration_buckets(grads) if cfg.first_iteration else
+               build_buckets(grads, cfg.bucket_cap_mb, cfg.first_bucket_cap_mb, ready_order))
+    trace = Trace("simulated", meta={
+        "strategy": "ddp", "workload": workload.name, "device": device.name,
+        "link": link.name, "world_size": n, "batch_size": cfg.batch_size,
+        "bucket_cap_mb": cfg.bucket_cap_mb, "first_bucket_cap_mb": cfg.first_bucket_cap_mb,
+        "overlap": cfg.overlap,
+        "buckets": [{"index": b.index, "params": list(b.params), "nbytes": b.nbytes,
+                     "cap_bytes": b.cap_bytes, "ready_layer": b.ready_layer} for b in buckets],
+    })
+    _memory_samples(trace, workload, cfg, sum(b.nbytes for b in buckets))
+    per_layer: dict[int, tuple[int, int]] = {}  # layer -> (gradient tensors, bytes)
+    if tensors is None:
+        per_layer = {i: (layer.n_param_tensors, layer.n_params * DTYPE_BYTES[cfg.dtype])
+                     for i, layer in enumerate(workload.layers)}
+    for g in grads if tensors is not None else ():
+        count, nbytes = per_layer.get(g.layer, (0, 0))
+        per_layer[g.layer] = (count + 1, nbytes + g.nbytes)
+    t = _compute_events(trace, workload, device, cfg, per_layer)
+    backward_end = t
+    ready = {e.label: e.end_s for e in trace.filter(kind="backward")}
+    comm_free = 0.0
+    for bucket in buckets:
+        layer_name = workload.layers[bucket.ready_layer].name if workload.layers else ""
+        ready_s = ready.get(layer_name, backward_end) if cfg.overlap else backward_end
+        start = max(ready_s, comm_free)
+        end = start + group_time_s("all_reduce", bucket.nbytes, cluster, shape, cfg.algorithm)
+        trace.add(Event(0, "comm", "all_reduce", start, end, bucket.nbytes,
+                        f"bucket {bucket.index}"))
+        comm_free = end
+    start = max(backward_end, comm_free)
+    if not cfg.gradient_as_bucket_view:  # the averaged buckets are copied back into p.grad
+        d = copy_time_s(sum(b.nbytes for b in buckets), device)
+        trace.add(Event(0, "compute", "copy", start, start + d, label="buckets -> p.grad"))
+        start += d
+    d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, cfg.optimizer)
+    trace.add(Event(0, "compute", "optimizer", start, start + d, label=cfg.optimizer))
+    trace.meta["step_time_s"] = require_step_time(start + d, cluster)
+    return trace
+
+
+def _check_simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None,
+                    tensors: Sequence[GradTensor] | None) -> None:
+    """What `simulate` accepts; each tensor's layer must be one of the workload's."""
+    require_workload(workload)
+    require_cluster(cluster)
+    if config is not None:
+        require_config(config, DDPConfig)
+    checked = () if tensors is None else require_sequence("tensors", tensors, empty=True)
+    for i, t in enumerate(checked):
+        tensor = require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
+        require_int(f"tensors[{i}].layer", tensor.layer, 0, len(workload.layers) - 1)
+
+
+def copy_time_s(nbytes: int, device: Device) -> float:
+    """Seconds to copy `nbytes` once in device memory (read + write)."""
+    require_int("nbytes", nbytes, 0, MAX_COUNT)
+    require_device(device)
+    return 2 * nbytes / (device.mem_bw_GBps * 1e9)
+
+
+def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPConfig,
+                    per_layer: dict[int, tuple[int, int]]) -> float:
+    """Add forward and backward events per layer; return the time backward ends.
+
+    A layer's backward also pays DDP's hook per gradient tensor (one operator's overhead)
+    and, without gradient_as_bucket_view, the copy of its gradient bytes into the buckets.
+    """
+    t = 0.0
+    for layer in workload.layers:
+        d = forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        trace.add(Event(0, "compute", "forward", t, t + d, label=layer.name))
+        t += d
+    for index in reversed(range(len(workload.layers))):
+        layer = workload.layers[index]
+        count, nbytes = per_layer.get(index, (0, 0))
+        d = backward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        if cfg.activation_checkpointing:  # the layer's forward runs again first
+            d += forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
+        d += count * device.op_overhead_us * 1e-6
+        d += 0.0 if cfg.gradient_as_bucket_view else copy_time_s(nbytes, device)
+        trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
+        t += d
+    return t
+
+
+def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_bytes: int) -> None:
+    """Model states, the bucket copy of the gradients, and the batch's activations."""
+    states = model_state_bytes(workload.n_params, workload.n_param_tensors, dtype=cfg.dtype,
+                               optimizer=cfg.optimizer, mixed_precision=cfg.mixed_precision)
+    trace.sample(0, 0.0, "parameters", states.parameters)
+    trace.sample(0, 0.0, "optimizer", states.optimizer)
+    trace.sample(0, 0.0, "gradients", states.gradients)
+    trace.sample(0, 0.0, "buckets", 0 if cfg.gradient_as_bucket_view else bucket_bytes)
+    trace.sample(0, 0.0, "activations", checkpointed_activation_bytes(
+        workload, cfg.batch_size, cfg.dtype) if cfg.activation_checkpointing
+        else workload.activation_bytes(cfg.batch_size, cfg.dtype))
+
+
+def buckets_of(trace: Trace) -> list[Bucket]:
+    """The buckets of a trace `simulate` made, in the order they are all-reduced."""
+    require_trace(trace, "ddp")
+    return [Bucket(b["index"], tuple(b["params"]), b["nbytes"], b["cap_bytes"],
+                   b["ready_layer"]) for b in trace.meta["buckets"]]
+
+
+def step_result(trace: Trace, device: int = 0) -> StepResult:
+    """Split one step of a DDP trace, simulated or measured, on `device`: compute, and
+    communication hidden behind it or exposed; peak memory as the trace sampled it."""
+    require_trace(trace)
+    if not trace.events:
+        raise ValueError(f"trace={shown(trace)} has no events; allowed: a DDP trace "
+                         "(ddp.simulate, or a recording of a real run)")
+    require_int("device", device, 0)
+    events = trace.filter(device=device)
+    if not events:
+        raise ValueError(f"device={device} has no events in this trace; allowed: {trace.devices}")
+    step = max(e.end_s for e in events) - min(e.start_s for e in events)
+    compute = trace.busy_s(device, "compute")
+    comm = trace.busy_s(device, "comm")
+    exposed = min(comm, max(0.0, step - compute))
+    n = int(trace.meta.get("world_size", len(trace.devices)))  # a bare trace: its ranks
+    reduced = sum(e.nbytes for e in events if e.stream == "comm")
+    return StepResult(step, compute, max(0.0, comm - exposed), exposed, 0.0,
+                      (trace.peak_memory(device),) * n,
+                      int(ring_bytes_per_rank_formula(reduced, n)),
+                      int(trace.meta.get("batch_size", 0)), n)
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One world size in a scaling study."""
+
+    world_size: int
+    breakdown: StepResult
+    n_buckets: int
+    samples_per_s: float  # global throughput
+
+
+def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = None,
+            world_sizes: Sequence[int] = (1, 2, 4, 8)) -> list[ScalingPoint]:
+    """Simulate the same per-process batch on `cluster` resized to each world size."""
+    require_workload(workload)
+    require_cluster(cluster)
+    require_ints("world_sizes", world_sizes, 1, MAX_DEVICES)
+    cfg = DDPConfig() if config is None else require_config(config, DDPConfig)
+    out = []
+    for n in world_sizes:
+        trace = simulate(workload, cluster.with_devices(n), cfg)
+        b = step_result(trace)
+        out.append(ScalingPoint(n, b, len(trace.meta["buckets"]),
+                                n * cfg.batch_size / b.step_s if b.step_s > 0 else 0.0))
+    return out
+
+
+class DDPStrategy:
+    """DDP as the planner sees it (implements strategies.base.Strategy)."""
+
+    name = "ddp"
+    label = "DDP"
+    placement = Placement("parameters, gradients, optimizer", "the batch",
+                          "the model's states fit one device: the default")
+    config_type = DDPConfig
+    single_node = False
+    max_devices = None
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """The same samples on every rank."""
+        return split_evenly(n_devices, global_batch)
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> DDPConfig:
+        """Default buckets; bf16 gradients with fp32 master under "mixed"."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
+        return DDPConfig(batch_size=batch_per_device, optimizer=optimizer,
+                         dtype=precision_dtype(precision),
+                         mixed_precision=precision == "mixed")
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: DDPConfig) -> Trace:
+        """See `simulate`."""
+        return simulate(workload, cluster, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """One all-reduce (2 model sizes), 2 latencies per bucket; backward covers it."""
+        require_terms(workload, dtype)
+        n_buckets = len(build_buckets(grad_tensors(workload, dtype)))
+        return CrossoverTerms(2.0, 2 * n_buckets, False)
+
+
+STRATEGY = DDPStrategy()

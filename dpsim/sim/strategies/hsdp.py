@@ -1,0 +1,263 @@
+"""HSDP (hybrid sharded data parallel): FSDP inside groups of `shard_size` devices, data
+parallel across the `world_size / shard_size` groups.
+
+The FSDP paper (Zhao et al. 2023, "PyTorch FSDP: Experiences on Scaling Fully Sharded Data
+Parallel", VLDB 16(12), Section 3.2, "Sharding Strategies") names the sharding factor F:
+F = W is full sharding, F = 1 full replication (DDP), 1 < F < W hybrid sharding. With a
+2-D device mesh (replicate x shard), each step of a hybrid run
+
+* all-gathers every unit's parameters inside its shard group, in forward and again in
+  backward, and reduce-scatters its gradients there (as FSDP over F devices);
+* all-reduces each gradient shard (1/F of the gradients) across the R = W/F replicas.
+
+Per device and step, on a ring (M = model bytes in the communication dtype):
+full 3(W-1)/W M; hybrid 3(F-1)/F M + 2(R-1)/R M/F; none 2(W-1)/W M
+(`hsdp_traffic`). The strategies and F follow the paper; the byte counts are the ring costs
+(`collectives.cost`) of the collectives it names, not numbers quoted from it. (The section
+number is cited from the published paper; its text could not be fetched here to re-check.)
+The simulation is FSDP's unit-by-unit step (`fsdp._Step`) over one
+shard group, with a second comm stream ("replicate") for the all-reduces; the optimizer
+waits for both streams. The two groups are the mesh's (`collectives.group_cost.mesh_shapes`),
+each costed on the links it crosses: the shard group is F ranks of one node (NVLink, NVLS
+where the switch has it), the replicate group one rank per node across the nodes (the
+network, each rank on its own rail) when F is a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS, group_time_s, mesh_shapes
+from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
+from dpsim.sim.hardware import Cluster
+from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
+from dpsim.sim.strategies.fsdp import FSDPConfig, _Step
+from dpsim.sim.strategies.inputs import (
+    MAX_COUNT,
+    MAX_DEVICES,
+    require_cluster,
+    require_config,
+    require_make_config,
+    require_terms,
+    require_trace,
+    require_workload,
+)
+from dpsim.sim.trace import Event, Trace
+from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.workload import Workload
+
+MAX_BYTES_PER_PARAM = 16
+
+
+@dataclass(frozen=True)
+class HSDPConfig:
+    """One HSDP step; world_size comes from the Cluster, shard_size must divide it."""
+
+    batch_size: int = 8  # samples per device per step
+    shard_size: int = 8  # F: devices one model copy is sharded over (a node, typically)
+    precision: str = "mixed"  # "fp32", "mixed" (bf16 compute, fp32 master) or "bf16"
+    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    reshard_after_forward: bool = True  # free gathered parameters after forward
+    layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
+    algorithm: str = "auto"  # "auto" (NCCL's choice; ring on generic links) or forced, one
+    # of collectives.group_cost.GROUP_ALGORITHMS
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, 1, 1 << 24)
+        require_int("shard_size", self.shard_size, 1, MAX_DEVICES)
+        require_choice("precision", self.precision, PRECISIONS)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_bool("reshard_after_forward", self.reshard_after_forward)
+        require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
+        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
+
+    @property
+    def dtype(self) -> str:
+        """Dtype of compute, of the gathered parameters and of the gradients sent."""
+        return precision_dtype(self.precision)
+
+    def fsdp(self) -> FSDPConfig:
+        """The FSDP (ZeRO-3) config of one shard group."""
+        return FSDPConfig(batch_size=self.batch_size, stage=3, precision=self.precision,
+                          optimizer=self.optimizer,
+                          reshard_after_forward=self.reshard_after_forward,
+                          layers_per_unit=self.layers_per_unit, algorithm=self.algorithm)
+
+
+@dataclass(frozen=True)
+class HSDPTraffic:
+    """Bytes one device sends per step along each mesh dimension (a ring in each group)."""
+
+    mode: str  # "full" (F = W), "hybrid" (1 < F < W), "none" (F = 1, DDP)
+    shard_bytes: int  # all-gathers and reduce-scatters inside the shard group
+    replicate_bytes: int  # all-reduces of gradient shards across the replicas
+
+    @property
+    def total_bytes(self) -> int:
+        """Both dimensions together."""
+        return self.shard_bytes + self.replicate_bytes
+
+
+def require_shard_size(shard_size: int, world_size: int) -> int:
+    """shard_size must divide world_size; return the number of replicas R."""
+    require_int("world_size", world_size, 1, MAX_DEVICES)
+    require_int("shard_size", shard_size, 1, world_size)
+    if world_size % shard_size:
+        raise ValueError(f"shard_size={shard_size} does not divide world_size={world_size}; "
+                         f"allowed: a divisor of {world_size}")
+    return world_size // shard_size
+
+
+def hsdp_traffic(n_params: int, world_size: int, shard_size: int,
+                 bytes_per_param: int = 2, reshard_after_forward: bool = True) -> HSDPTraffic:
+    """Bytes sent per device per step (FSDP paper, Section 3.2: full, hybrid, none).
+
+    Shard group of F: two all-gathers (one without reshard_after_forward) and one
+    reduce-scatter of the model, each sending (F-1)/F of it; replicas (R = W/F): one
+    all-reduce of the 1/F gradient shard, sending 2(R-1)/R of it.
+    """
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    replicas = require_shard_size(shard_size, world_size)
+    require_int("bytes_per_param", bytes_per_param, 1, MAX_BYTES_PER_PARAM)
+    require_bool("reshard_after_forward", reshard_after_forward)
+    model, f = n_params * bytes_per_param, shard_size
+    transfers = 3 if reshard_after_forward else 2
+    mode = "full" if f == world_size else "none" if f == 1 else "hybrid"
+    shard = transfers * model * (f - 1) // f
+    replicate = 2 * -(-model // f) * (replicas - 1) // replicas  # the shard is padded
+    return HSDPTraffic(mode, shard, replicate)
+
+
+class _HSDPStep(_Step):
+    """FSDP's step over one shard group, plus the all-reduces across replicas."""
+
+    def __init__(self, workload: Workload, cluster: Cluster, config: HSDPConfig) -> None:
+        self.replicas = require_shard_size(config.shard_size, cluster.world_size)
+        try:
+            group = cluster.with_devices(config.shard_size)
+        except ValueError:
+            raise ValueError(
+                f"shard_size={config.shard_size} does not fill whole nodes of "
+                f"{cluster.devices_per_node}; allowed: 1..{cluster.devices_per_node} or a "
+                f"multiple of {cluster.devices_per_node}") from None
+        shard_shape, self.rep_shape = mesh_shapes(cluster, config.shard_size)
+        super().__init__(workload, group, config.fsdp(), (cluster, shard_shape))
+        self.full_cluster = cluster
+        self.rep_free = 0.0  # replicate comm stream clock
+        self.rep_volume = 0  # all-reduce sizes, counted twice
+        self.trace.meta.update({"strategy": "hsdp", "cluster": cluster.name,
+                                "world_size": cluster.world_size,
+                                "shard_size": config.shard_size, "replicas": self.replicas})
+
+    def comm(self, kind: str, nbytes: int, ready_s: float, label: str) -> tuple[float, float]:
+        """Queue a shard-group collective; after a reduce-scatter, all-reduce its output
+        shard across the replicas on the replicate stream."""
+        start, end = super().comm(kind, nbytes, ready_s, label)
+        if kind == "reduce_scatter" and self.replicas > 1 and nbytes:
+            size = self.shard(nbytes, True)
+            a = max(self.rep_free, end)
+            self.rep_free = a + group_time_s("all_reduce", size, self.full_cluster,
+                                             self.rep_shape, self.cfg.algorithm)
+            self.trace.add(Event(0, "replicate", "all_reduce", a, self.rep_free, size, label))
+            self.rep_volume += 2 * size
+        return start, end
+
+    def optimizer_step(self, n_params: int, n_tensors: int) -> None:
+        """The optimizer waits for the last all-reduce too."""
+        self.comm_free = max(self.comm_free, self.rep_free)
+        super().optimizer_step(n_params, n_tensors)
+
+    def finish(self, n_params: int) -> Trace:
+        tr = super().finish(n_params)
+        r = self.replicas
+        rep_s = tr.busy_s(0, "replicate")
+        shard_sent = tr.meta["sent_bytes_per_device"]
+        tr.meta.update({
+            "comm_s": tr.meta["comm_s"] + rep_s,
+            "replicate_comm_s": rep_s,
+            "shard_sent_bytes": shard_sent,
+            "replicate_sent_bytes": self.rep_volume * (r - 1) // r,
+            "sent_bytes_per_device": shard_sent + self.rep_volume * (r - 1) // r,
+            "samples_per_s": self.cfg.batch_size * self.full_cluster.world_size
+            / tr.meta["step_time_s"] if tr.meta["step_time_s"] > 0 else float("inf"),
+        })
+        return tr
+
+
+def simulate(workload: Workload, cluster: Cluster, config: HSDPConfig) -> Trace:
+    """One HSDP step on device 0 (every device runs the same schedule).
+
+    Streams: "compute", "comm" (shard group), "replicate" (all-reduce across replicas).
+    meta: as `fsdp.simulate`, plus shard_size, replicas, replicate_comm_s,
+    shard_sent_bytes and replicate_sent_bytes.
+    """
+    require_workload(workload)
+    require_cluster(cluster)
+    require_config(config, HSDPConfig)
+    return _HSDPStep(workload, cluster, config).run()
+
+
+def step_result(trace: Trace) -> StepResult:
+    """The step of a trace `simulate` made (every device the same)."""
+    m = require_trace(trace, "hsdp").meta
+    exposed, n = m["exposed_comm_s"], m["world_size"]
+    return StepResult(m["step_time_s"], m["compute_s"], max(0.0, m["comm_s"] - exposed),
+                      exposed, 0.0, (int(m["peak_bytes"]),) * n,
+                      int(m["sent_bytes_per_device"]), m["batch_size"], n)
+
+
+def traffic_of(trace: Trace) -> HSDPTraffic:
+    """Bytes sent per device along each mesh dimension in a simulated step."""
+    m = require_trace(trace, "hsdp").meta
+    f, w = m["shard_size"], m["world_size"]
+    mode = "full" if f == w else "none" if f == 1 else "hybrid"
+    return HSDPTraffic(mode, int(m["shard_sent_bytes"]), int(m["replicate_sent_bytes"]))
+
+
+PLACEMENT = Placement(
+    "the model's states, once per shard group",
+    "parameters, gradients, optimizer state within a group; the batch",
+    "the model fits a node but not a device, and cross-node bandwidth is scarce")
+
+
+@dataclass(frozen=True)
+class HSDPStrategy:
+    """HSDP with shard groups of up to one node, as the planner sees it."""
+
+    name: str = "hsdp"
+    label: str = "HSDP (shard in a node, replicate across)"
+    placement: Placement = PLACEMENT
+    config_type = HSDPConfig
+    single_node = False
+    max_devices = None
+    node_size: int = 8  # shard_size the planner uses: min(node_size, n_devices)
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """The same samples on every device."""
+        return split_evenly(n_devices, global_batch)
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> HSDPConfig:
+        """Shard over min(node_size, n_devices) devices, or the largest divisor below."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
+        f = min(self.node_size, n_devices)
+        while n_devices % f:
+            f -= 1
+        return HSDPConfig(batch_size=batch_per_device, shard_size=f, precision=precision,
+                          optimizer=optimizer)
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: HSDPConfig) -> Trace:
+        """See `simulate`."""
+        return simulate(workload, cluster, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """None: two groups on two links have no single-link closed form."""
+        require_terms(workload, dtype)
+        return None
+
+
+STRATEGY = HSDPStrategy()

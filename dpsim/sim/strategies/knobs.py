@@ -1,0 +1,55 @@
+"""The planner's extra knobs: torch's precision policy, activation checkpointing, offload.
+
+A strategy takes a knob when its config has the field (FSDPConfig has all three,
+DDPConfig activation checkpointing); the planner sets it on the config `make_config`
+built, so strategies need no new code. A knob a strategy's config does not have is refused
+with a ValueError naming it and the strategies that take it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import Any
+
+from dpsim.sim.cost.memory import PRECISIONS
+from dpsim.sim.strategies.inputs import require_instance
+from dpsim.sim.validation import require_bool, require_choice
+
+# "torch_amp": torch.autocast / FSDP2 MixedPrecisionPolicy (fp32 states, bf16 compute)
+KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), "torch_amp")
+
+
+def base_precision(precision: str) -> str:
+    """The precision `make_config` is given: torch_amp computes like "mixed" (bf16)."""
+    require_choice("precision", precision, KNOB_PRECISIONS)
+    return "mixed" if precision == "torch_amp" else precision
+
+
+def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
+                activation_checkpointing: bool = False, offload: bool = False) -> Any:
+    """`config` with the knobs set; ValueError naming a knob its strategy does not take."""
+    from dpsim.sim.strategies.registry import get_strategy, names
+
+    kind = get_strategy(strategy, field="strategy").config_type
+    require_instance("config", config, kind, f"a {kind.__name__} (the strategy's config)")
+    require_choice("precision", precision, KNOB_PRECISIONS)
+    require_bool("activation_checkpointing", activation_checkpointing)
+    require_bool("offload", offload)
+    changes: dict[str, Any] = {}
+    if precision == "torch_amp":
+        changes["precision"] = precision
+    if activation_checkpointing:
+        changes["activation_checkpointing"] = True
+    if offload:
+        changes["offload"] = True
+    for name, value in changes.items():
+        if name not in _fields(kind):
+            takers = [n for n in names() if name in _fields(get_strategy(n).config_type)]
+            raise ValueError(f"{name}={value!r} is not simulated for strategy={strategy!r} "
+                             f"({kind.__name__} has no {name}); allowed: the strategies "
+                             f"{', '.join(takers)} take it")
+    return replace(config, **changes)
+
+
+def _fields(config_type: type) -> set[str]:
+    return {f.name for f in fields(config_type)}

@@ -1,0 +1,67 @@
+"""The strategies the planner, the figures and the dashboards know, by name, in order.
+
+"single", "dp", "ddp", then FSDP at ZeRO stages 1, 2 and 3 ("zero1", "zero2", "fsdp"), then
+HSDP ("hsdp": FSDP within a node, replicas across nodes).
+A new strategy is one module implementing `strategies.base.Strategy` plus one `register`
+call (here for a permanent one, in a test or a notebook for an experiment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpsim.sim.strategies import ddp, dp, fsdp, hsdp, single
+from dpsim.sim.strategies.base import Placement, Strategy
+from dpsim.sim.strategies.inputs import MAX_DEVICES, require_instance
+from dpsim.sim.validation import require_bool, require_choice, require_int
+
+_REGISTRY: dict[str, Strategy[Any]] = {}
+
+
+def register(strategy: Strategy[Any]) -> Strategy[Any]:
+    """Add `strategy` under its name (after the others); ValueError if it is not one."""
+    if not isinstance(strategy, Strategy):
+        raise ValueError(f"strategy={strategy!r} does not implement strategies.base.Strategy; "
+                         "allowed: an object with every member of that protocol")
+    _check_members(strategy)
+    if strategy.name in _REGISTRY:
+        raise ValueError(f"name={strategy.name!r} is already registered; allowed: a name "
+                         f"other than {', '.join(repr(n) for n in _REGISTRY)}")
+    _REGISTRY[strategy.name] = strategy
+    return strategy
+
+
+def _check_members(strategy: Strategy[Any]) -> None:
+    """The protocol's plain members have the types the planner relies on."""
+    for member in ("name", "label"):
+        value = getattr(strategy, member)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"strategy.{member}={value!r} is not allowed; allowed: a "
+                             "non-empty string")
+    require_instance("strategy.placement", strategy.placement, Placement,
+                     "a strategies.base.Placement")
+    require_bool("strategy.single_node", strategy.single_node)
+    if strategy.max_devices is not None:
+        require_int("strategy.max_devices", strategy.max_devices, 1, MAX_DEVICES)
+
+
+def unregister(name: str) -> None:
+    """Remove the strategy registered as `name`."""
+    require_choice("strategy", name, _REGISTRY)
+    del _REGISTRY[name]
+
+
+def get_strategy(name: str, *, field: str = "name") -> Strategy[Any]:
+    """The strategy registered as `name`; ValueError naming `field` otherwise."""
+    require_choice(field, name, _REGISTRY)
+    return _REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Every registered name, in registration order."""
+    return tuple(_REGISTRY)
+
+
+for _strategy in (single.STRATEGY, dp.STRATEGY, ddp.STRATEGY, fsdp.ZERO1, fsdp.ZERO2,
+                  fsdp.ZERO3, hsdp.STRATEGY):
+    register(_strategy)

@@ -1,0 +1,192 @@
+"""One device, one process: the baseline every other strategy is measured against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
+from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, precision_dtype, predict_single
+from dpsim.sim.hardware import Cluster, Device
+from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult
+from dpsim.sim.strategies.inputs import (
+    MAX_BATCH,
+    require_cluster,
+    require_config,
+    require_device,
+    require_make_config,
+    require_names,
+    require_split,
+    require_step_time,
+    require_terms,
+    require_trace,
+    require_workload,
+)
+from dpsim.sim.trace import Event, Trace
+from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.workload import DTYPE_BYTES, Workload
+
+
+@dataclass(frozen=True)
+class SingleConfig:
+    """A single-device training step."""
+
+    batch_size: int = 32  # samples per step
+    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    dtype: str = "fp32"  # compute dtype: "fp32", "bf16", "fp16"
+    mixed_precision: bool = False  # 16-bit working copy + fp32 master and moments
+
+    def __post_init__(self) -> None:
+        require_int("batch_size", self.batch_size, 1, 1 << 24)
+        require_choice("optimizer", self.optimizer, OPTIMIZERS)
+        require_choice("dtype", self.dtype, DTYPE_BYTES)
+        require_bool("mixed_precision", self.mixed_precision)
+        if self.mixed_precision and self.dtype == "fp32":
+            raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
+
+
+def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
+    """Timeline (forward, backward, optimizer per layer) and memory over one step.
+
+    meta holds step_time_s, samples_per_s, peak_bytes, fits (bool) and the breakdown.
+    """
+    require_workload(workload)
+    require_device(device)
+    require_config(config, SingleConfig)
+    b, dt = config.batch_size, config.dtype
+    states = predict_single(workload, 0, optimizer=config.optimizer, dtype=dt,
+                            mixed_precision=config.mixed_precision)
+    trace = Trace("simulated", meta={"strategy": "single", "device": device.name,
+                                     "workload": workload.name, "batch_size": b})
+    trace.sample(0, 0.0, "parameters", states.parameters)
+    trace.sample(0, 0.0, "optimizer", states.optimizer)
+    trace.sample(0, 0.0, "gradients", 0)
+    trace.sample(0, 0.0, "activations", 0)
+    t = 0.0
+    act = 0
+    act_scale = b * DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
+    for layer in workload.layers:
+        d = forward_time_s(layer, b, device, dt, workload.dtype)
+        trace.add(Event(0, "compute", "forward", t, t + d, label=layer.name))
+        t += d
+        act += int(layer.activation_bytes * act_scale)
+        trace.sample(0, t, "activations", act)
+    act += int(workload.loss_bytes * act_scale)
+    trace.sample(0, t, "activations", act)
+    grads = 0
+    grad_width = states.gradients / workload.n_params if workload.n_params else 0
+    for layer in reversed(workload.layers):
+        d = backward_time_s(layer, b, device, dt, workload.dtype)
+        trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
+        t += d
+        grads += int(layer.n_params * grad_width)
+        act -= int(layer.activation_bytes * act_scale)
+        trace.sample(0, t, "gradients", grads)
+        trace.sample(0, t, "activations", max(act, 0))
+    d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, config.optimizer)
+    trace.add(Event(0, "compute", "optimizer", t, t + d, label=config.optimizer))
+    t += d
+    peak = predict_single(workload, b, optimizer=config.optimizer, dtype=dt,
+                          mixed_precision=config.mixed_precision)
+    require_step_time(t, device, "device")
+    trace.meta.update({
+        "step_time_s": t,
+        "samples_per_s": b / t if t > 0 else float("inf"),
+        "peak_bytes": peak.total,
+        "breakdown": peak.as_dict(),
+        "fits": peak.total <= device.memory_bytes,
+    })
+    return trace
+
+
+def breakdown(trace: Trace) -> MemoryBreakdown:
+    """The predicted peak breakdown stored in a simulated trace."""
+    require_trace(trace, "single")
+    return MemoryBreakdown(**trace.meta["breakdown"])
+
+
+@dataclass(frozen=True)
+class SingleSummary:
+    """What a simulated single-device step records besides its StepResult."""
+
+    samples_per_s: float  # batch / step time
+    fits: bool  # the predicted peak fits the device's memory
+
+
+def summary(trace: Trace) -> SingleSummary:
+    """Throughput and fit of a trace `simulate` made."""
+    require_trace(trace, "single")
+    return SingleSummary(trace.meta["samples_per_s"], bool(trace.meta["fits"]))
+
+
+def step_result(trace: Trace) -> StepResult:
+    """The step of a trace `simulate` made: all compute, no communication."""
+    m = require_trace(trace, "single").meta
+    step = m["step_time_s"]
+    return StepResult(step, step, 0.0, 0.0, 0.0, (int(m["peak_bytes"]),), 0, m["batch_size"], 1)
+
+
+class SingleStrategy:
+    """One device as the planner sees it (implements strategies.base.Strategy)."""
+
+    name = "single"
+    label = "single device"
+    placement = Placement("everything", "nothing", "the model and a useful batch fit one device")
+    config_type = SingleConfig
+    single_node = False
+    max_devices = 1
+
+    def split_batch(self, n_devices: int, global_batch: int) -> int:
+        """The whole batch; ValueError unless n_devices is 1."""
+        require_split(n_devices, global_batch)
+        if n_devices != 1:
+            raise ValueError(f"n_devices={n_devices} with strategy='single'; allowed: 1")
+        return global_batch
+
+    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
+                    optimizer: str, precision: str) -> SingleConfig:
+        """bf16 working copy with fp32 master under "mixed"."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
+        return SingleConfig(batch_per_device, optimizer, precision_dtype(precision),
+                            precision == "mixed")
+
+    def simulate(self, workload: Workload, cluster: Cluster, config: SingleConfig) -> Trace:
+        """One step on the cluster's device."""
+        return simulate(workload, require_cluster(cluster).device, config)
+
+    def step_result(self, trace: Trace) -> StepResult:
+        """See `step_result`."""
+        return step_result(trace)
+
+    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
+        """None: nothing to hide."""
+        require_terms(workload, dtype)
+        return None
+
+
+STRATEGY = SingleStrategy()
+
+
+def fit_rows(models: list[str], device: Device, batch_size: int = 1) -> list[dict[str, object]]:
+    """For each preset model: GiB in fp32 and in bf16 mixed precision with Adam, and fits."""
+    from dpsim.sim.workload import PRESETS, get_workload
+
+    require_names("models", models, PRESETS)
+    require_device(device)
+    require_int("batch_size", batch_size, 1, MAX_BATCH)
+    rows: list[dict[str, object]] = []
+    for name in models:
+        workload = get_workload(name)
+        for label, cfg in (
+            ("fp32", SingleConfig(batch_size, "adam", "fp32", False)),
+            ("bf16 mixed", SingleConfig(batch_size, "adam", "bf16", True)),
+        ):
+            peak = predict_single(workload, batch_size, optimizer="adam", dtype=cfg.dtype,
+                                  mixed_precision=cfg.mixed_precision)
+            rows.append({
+                "name": f"{workload.name} {label}",
+                "GiB": round(peak.total / 1024**3, 1),
+                "model_states_GiB": round(peak.model_states / 1024**3, 1),
+                "bytes_per_param": round(peak.model_states / workload.n_params, 2),
+                "fits": peak.total <= device.memory_bytes,
+            })
+    return rows

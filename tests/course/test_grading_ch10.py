@@ -1,0 +1,116 @@
+"""Chapter 10 checks: right answers pass, and each typical wrong answer is caught."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import torch
+from torch import nn
+
+from dpsim.course.exercises.ch10 import fsdp_chunks
+from dpsim.course.grading import run_check
+
+# --- 10.1 ----------------------------------------------------------------------------------
+
+
+def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor, lr: float,
+            stop_at: int, *, keep_optimizer: bool = True, restart_at: int | None = None
+            ) -> dict[str, Any]:
+    """A learner's resume: checkpoint through a real file; the flags make the usual mistakes."""
+    def fresh() -> tuple[nn.Linear, torch.optim.Adam]:
+        model = nn.Linear(xs.shape[2], weights["weight"].shape[0])
+        return model, torch.optim.Adam(model.parameters(), lr=lr)
+
+    def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range) -> None:
+        for s in steps:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xs[s]), ys[s]).backward()
+            opt.step()
+
+    model, opt = fresh()
+    model.load_state_dict(weights)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    train(model, opt, range(stop_at))
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "c.pt")
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+        model, opt = fresh()
+        state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    if keep_optimizer:
+        opt.load_state_dict(state["optimizer"])
+    train(model, opt, range(stop_at if restart_at is None else restart_at, len(xs)))
+    return {k: v.detach().tolist() for k, v in model.state_dict().items()}
+
+
+def test_10_1_a_real_checkpoint_passes() -> None:
+    assert run_check("10.1", _resume).ok
+
+
+def test_10_1_forgetting_the_optimizer_state_is_named() -> None:
+    r = run_check("10.1", lambda *a: _resume(*a, keep_optimizer=False))
+    assert not r.ok
+    assert r.message is not None
+    assert "optimizer state" in r.message
+
+
+def test_10_1_restarting_at_step_0_is_named() -> None:
+    r = run_check("10.1", lambda *a: _resume(*a, restart_at=0))
+    assert r.message is not None
+    assert "restarted at step 0" in r.message
+
+
+def test_10_1_never_loading_fails() -> None:
+    def no_load(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor,
+                lr: float, stop_at: int) -> dict[str, Any]:
+        model = nn.Linear(xs.shape[2], weights["weight"].shape[0])
+        return {k: v.detach().tolist() for k, v in model.state_dict().items()}
+
+    assert not run_check("10.1", no_load).ok
+
+
+# --- 10.2 ----------------------------------------------------------------------------------
+
+
+def _reshard(shards: list[torch.Tensor], world_size: int) -> list[Any]:
+    full = torch.cat(shards)
+    return [c.tolist() for c in fsdp_chunks(full, world_size)]
+
+
+def test_10_2_right_and_wrong_splits() -> None:
+    assert run_check("10.2", _reshard).ok
+    even = run_check("10.2", lambda s, n: [c.tolist() for c in torch.tensor_split(
+        torch.cat(s), n)])
+    assert even.message is not None
+    assert "torch.chunk" in even.message
+    assert not run_check("10.2", lambda s, n: [x.tolist() for x in s]).ok
+
+
+def test_fsdp_chunks_matches_fsdp2s_own_split() -> None:
+    """torch.distributed.fsdp's _chunk_with_empty: the split FSDP2 shards dim 0 with."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import _chunk_with_empty
+
+    t = torch.arange(10.0).reshape(5, 2)
+    for n in (2, 3, 4, 6):
+        ours, theirs = fsdp_chunks(t, n), _chunk_with_empty(t, n, dim=0)
+        assert [c.tolist() for c in ours] == [c.tolist() for c in theirs]
+
+
+# --- 10.3 ----------------------------------------------------------------------------------
+
+
+def _traffic(n: int, w: int, f: int, b: int) -> dict[str, int]:
+    m, r = n * b, w // f
+    return {"shard": 3 * m * (f - 1) // f, "replicate": 2 * (m // f) * (r - 1) // r}
+
+
+def test_10_3_formula_and_mistakes() -> None:
+    assert run_check("10.3", _traffic).ok
+    whole = run_check("10.3", lambda n, w, f, b: {
+        "shard": _traffic(n, w, f, b)["shard"],
+        "replicate": 2 * n * b * (w // f - 1) // (w // f)})
+    assert whole.message is not None
+    assert "gradient shard" in whole.message
+    assert not run_check("10.3", lambda n, w, f, b: {"shard": 0, "replicate": 0}).ok
