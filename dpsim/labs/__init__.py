@@ -1,1 +1,5 @@
-"""dpsim/labs"""
+"""What a chapter runs for real and is not itself the lesson, one package per chapter.
+
+A lab function's docstring names the notebook that calls it. Labs use `dpsim.runtime` (the
+launcher, recorders, models) and the simulator; nothing in `runtime` or `sim` imports a lab.
+"""

@@ -1,1 +1,3 @@
-"""dpsim/labs/ch01_single_device"""
+"""Chapter 1 (notebooks/01_single_device.ipynb): one device measured; achieved FLOP/s and
+bandwidth; per-operator cost.
+"""

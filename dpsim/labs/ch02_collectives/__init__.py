@@ -1,1 +1,3 @@
-"""dpsim/labs/ch02_collectives"""
+"""Chapter 2 (notebooks/02_collectives.ipynb): collectives run on ranks; timed all-reduces
+fitted to a Link.
+"""

@@ -1,1 +1,2 @@
-"""dpsim/labs/ch04_gil"""
+"""Chapter 4 (notebooks/04_gil.ipynb): threads against processes, who holds the GIL.
+"""

@@ -1,1 +1,3 @@
-"""dpsim/labs/ch05_ddp"""
+"""Chapter 5 (notebooks/05_ddp.ipynb): DDP per rank, the comm-hook recorder's launch, DDP's
+options.
+"""

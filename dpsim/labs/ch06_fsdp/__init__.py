@@ -1,1 +1,3 @@
-"""dpsim/labs/ch06_fsdp"""
+"""Chapter 6 (notebooks/06_fsdp.ipynb): FSDP2 over a device mesh, meta-device init,
+ZeroRedundancyOptimizer's state per rank.
+"""

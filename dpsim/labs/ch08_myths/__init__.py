@@ -1,1 +1,3 @@
-"""dpsim/labs/ch08_myths"""
+"""Chapter 8 (notebooks/08_myths_lab.ipynb): the real runs and torch-source facts the myths lab
+judges on.
+"""

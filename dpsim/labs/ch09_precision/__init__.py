@@ -1,1 +1,3 @@
-"""dpsim/labs/ch09_precision"""
+"""Chapter 9 (notebooks/09_precision_and_memory.ipynb): autocast, FSDP2 mixed precision,
+activation checkpointing, gradient clipping, CPU offload.
+"""
