@@ -1,4 +1,7 @@
-"""Run code on real `torch.distributed` process groups (see `dpsim.runtime.launch`).
+"""Infrastructure for real torch runs: the launcher (`launch`), this machine as dpsim hardware,
+memory probes, workload capture, the models every chapter trains, synthetic data, and the
+recorders that turn a run into a `Trace`.
 
-Submodules are imported on use; this package imports nothing heavy.
+What one chapter runs for real lives in `dpsim.labs`; nothing here imports it. Submodules are
+imported on use; this package imports nothing heavy.
 """
