@@ -1,14 +1,15 @@
 """dpsim: simulate, measure and see data-parallel training in PyTorch.
 
-Three wings and a myths lab (docs/architecture.md draws them):
+The wings (docs/architecture.md draws them):
 
-- the simulator, pure and deterministic, never imports torch: `dpsim.sim.validation`,
-  `hardware`, `workload`, `trace`, `memory`, `compute`, `collectives`, `gil`,
-  `strategies`, `planner`;
-- real runs on `torch.distributed` process groups: `dpsim.runtime`;
-- the course: `dpsim.course` (catalogue, doctor, lab, session, exercises, grader, grading);
-  a learner's notebook imports `from dpsim.grading import check`;
-- `dpsim.myths`, the claims lab; `dpsim.viz` draws, `dpsim.widgets` wires controls.
+- `dpsim.sim`, the simulator: pure and deterministic, never imports torch (hardware,
+  workload, trace, cost models, collectives, strategies, planner, fidelity);
+- `dpsim.runtime`, infrastructure for real runs on `torch.distributed` process groups (the
+  launcher, machine, probes, models, recorders);
+- `dpsim.labs`, what one chapter runs for real that is not itself the lesson;
+- `dpsim.viz` draws, `dpsim.widgets` wires controls, `dpsim.myths` is the claims lab;
+- `dpsim.course`: catalogue, doctor, lab, session, the grading engine and the exercises;
+  a learner's notebook imports `from dpsim.grading import check`.
 
 Submodules are imported on use so that `import dpsim` stays fast.
 """

@@ -1,8 +1,8 @@
 """The wings of dpsim import each other in one direction only (docs/architecture.md).
 
-simulator <- runtime <- myths <- course, and simulator <- viz <- widgets: the simulator
-never imports torch or any other wing; `viz` draws numbers it is given and never calls a
-cost model; nothing below `course` imports it. Every import is read from the source
+sim <- runtime <- labs <- myths <- course, and sim <- viz <- widgets: the simulator never
+imports torch or any other wing; `runtime` (infrastructure) never imports a chapter's `labs`;
+`viz` draws numbers it is given and never calls a cost model; nothing below `course` imports it. Every import is read from the source
 (function-local imports included), so a lazy `import torch` is caught too.
 """
 
