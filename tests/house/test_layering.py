@@ -2,8 +2,9 @@
 
 sim <- runtime <- labs <- myths <- course, and sim <- viz <- widgets: the simulator never
 imports torch or any other wing; `runtime` (infrastructure) never imports a chapter's `labs`;
-`viz` draws numbers it is given and never calls a cost model; nothing below `course` imports it. Every import is read from the source
-(function-local imports included), so a lazy `import torch` is caught too.
+`viz` draws numbers it is given and never calls a cost model; nothing below `course` imports it.
+Every import is read from the source (function-local imports included), so a lazy
+`import torch` is caught too.
 """
 
 from __future__ import annotations
