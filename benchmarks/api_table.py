@@ -119,7 +119,6 @@ def _hardware() -> tuple[EntryPoint, ...]:
             obj("intra_node", NVLINK), obj("inter_node", hardware.INFINIBAND_NDR, optional=True),
             integer("nics_per_node", 0), flag("nvls", True)), then=_then_cluster),
         EntryPoint("hardware.Device.tflops", H100.tflops, (choice("dtype", "bf16", DTYPES),)),
-        EntryPoint("hardware.Cluster.link_for", IB4.link_for, (integer("n_devices", 16),)),
         EntryPoint("hardware.Cluster.with_devices", NODE.with_devices, (integer("n_devices", 16),)),
         EntryPoint("hardware.get_device", hardware.get_device,
                    (choice("name", "h100-80gb", (*hardware.DEVICES, "this-cpu")),)),

@@ -104,12 +104,22 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
     """
     require_workload(workload)
     require_cluster(cluster)
-    b = check_batch(strategy, n_devices, global_batch)
-    base = base_precision(precision)
+    check_batch(strategy, n_devices, global_batch)
+    base_precision(precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    s = get_strategy(strategy, field="strategy")
-    if s.single_node:
+    if get_strategy(strategy, field="strategy").single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
+    return _plan(workload, cluster, strategy, n_devices, global_batch, precision, optimizer,
+                 activation_checkpointing, offload)
+
+
+def _plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
+          global_batch: int, precision: str, optimizer: str, activation_checkpointing: bool,
+          offload: bool) -> PlanResult:
+    """`plan` on checked arguments (knobs are checked by `apply_knobs`, as in `plan`)."""
+    s = get_strategy(strategy)
+    b = s.split_batch(n_devices, global_batch)
+    base = base_precision(precision)
     sized = cluster.with_devices(n_devices)
     one = step_compute_s(workload, b, sized.device, precision_dtype(base), optimizer)
     config = apply_knobs(s.make_config(b, global_batch, n_devices, optimizer, base), strategy,
@@ -142,9 +152,8 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
         global_batch = batch if mode == "strong" else batch * n
         if mode == "strong" and (global_batch % n or global_batch < n):
             continue
-        out.append(plan(workload, cluster, strategy, n, global_batch, precision=precision,
-                        optimizer=optimizer, activation_checkpointing=activation_checkpointing,
-                        offload=offload))
+        out.append(_plan(workload, cluster, strategy, n, global_batch, precision, optimizer,
+                         activation_checkpointing, offload))
     if not out:
         raise ValueError(f"batch={batch} splits over none of n_devices={list(n_devices)}; "
                          "allowed: a batch that is a multiple of some device count")
@@ -211,8 +220,13 @@ def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
     require_cluster(cluster)
     get_strategy(strategy, field="strategy")
     require_choice("precision", precision, PRECISIONS)
+    return _hide_cost_s(workload, cluster, strategy, precision)
+
+
+def _hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
+                 precision: str) -> tuple[float, float]:
     dev, dt = cluster.device, precision_dtype(precision)
-    terms = get_strategy(strategy, field="strategy").crossover_terms(workload, dt)
+    terms = get_strategy(strategy).crossover_terms(workload, dt)
     forward = terms is not None and terms.forward_covered
 
     def cover(batch: int) -> float:
@@ -236,7 +250,7 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     dt = precision_dtype(precision)
     terms = {n: get_strategy(n).crossover_terms(workload, dt) for n in names()}
     require_choice("strategy", strategy, [n for n, t in terms.items() if t is not None])
-    c0, c = hide_cost_s(workload, cluster, strategy, precision)
+    c0, c = _hide_cost_s(workload, cluster, strategy, precision)
     term = terms[strategy]
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms

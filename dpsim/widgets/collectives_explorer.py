@@ -1,9 +1,10 @@
 """Chapter 2 explorer: N, message size, latency, bandwidth, algorithm -> time, algbw, busbw.
 
 Everything shown is simulated with the alpha-beta closed forms of `dpsim.sim.collectives.cost`.
-A preset starts the sliders at its link's achieved bandwidth (`collectives.nccl.achieved_link`:
-the spec x the fraction NCCL reaches on that kind of link, `collectives.link_constants`),
-not the datasheet's line rate; the bandwidth slider says "achieved".
+A preset starts the sliders at its link's achieved bandwidth
+(`collectives.group_cost.achieved_link`: the spec x the fraction NCCL reaches on that kind
+of link, `collectives.link_constants`), not the datasheet's line rate; the bandwidth slider
+says "achieved".
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dpsim.sim.collectives.cost import (
     collective_time_s,
     cost_terms,
 )
-from dpsim.sim.collectives.nccl import achieved_link
+from dpsim.sim.collectives.group_cost import achieved_link
 from dpsim.sim.collectives.series import model_series
 from dpsim.sim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
 from dpsim.sim.validation import require_choice, require_finite, require_int

@@ -354,7 +354,7 @@ def test_explorer_numbers_match_the_closed_form() -> None:
     values = {w.description: w.value for w in sliders}
     assert values["N ranks"] == 128
     # the presets start at what NCCL achieves on the link, not its spec, and say so
-    from dpsim.sim.collectives.nccl import achieved_link
+    from dpsim.sim.collectives.group_cost import achieved_link
     assert PRESETS["NVLink node"].link == achieved_link(NVLINK4)
     assert PRESETS["NVLink node"].link.bandwidth_GBps < NVLINK4.bandwidth_GBps
     assert "achieved GB/s" in values

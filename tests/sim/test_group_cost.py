@@ -16,11 +16,12 @@ from dpsim.sim.collectives.group_cost import (
     uses_nccl,
 )
 from dpsim.sim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP_US
-from dpsim.sim.collectives.nccl import GroupShape, choose_algorithm, group_shape, nccl_time_s
+from dpsim.sim.collectives.nccl import GroupShape, choose, group_shape, nccl_time_s
 from dpsim.sim.hardware import H100_80GB, SHARED_MEMORY, Cluster, Link, get_cluster
 from dpsim.sim.planner import crossover, crossover_formula
 from dpsim.sim.strategies import ddp, hsdp
 from dpsim.sim.workload import get_workload
+from tests.support.links import ring_link_of
 
 IB4 = get_cluster("h100-ib-4")
 CPU = Cluster("4 gloo ranks", H100_80GB, 2, 2, SHARED_MEMORY, Link("calibrated", 1.0, 40.0))
@@ -35,7 +36,7 @@ def test_generic_links_keep_the_closed_form(collective: str, algorithm: str) -> 
     assert not uses_nccl(CPU, shape)
     closed = "ring" if algorithm == "auto" else algorithm
     assert group_time_s(collective, 3 * MiB, CPU, shape, algorithm) == collective_time_s(
-        collective, 3 * MiB, 4, CPU.link_for(4), closed)
+        collective, 3 * MiB, 4, ring_link_of(CPU, 4), closed)
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -63,7 +64,7 @@ def test_a_forced_algorithm_runs_where_nccl_has_it_else_the_ring() -> None:
     # "naive" is no NCCL algorithm: the textbook form on the group's achieved link
     assert group_time_s("all_reduce", MiB, IB4, big, "naive") == collective_time_s(
         "all_reduce", MiB, 32, group_link(IB4, big), "naive")
-    assert choose_algorithm("all_reduce", 2**30, IB4, big) in ("ring", "tree")
+    assert choose("all_reduce", 2**30, IB4, big)[0] in ("ring", "tree")
 
 
 def test_ddp_buckets_cost_the_cluster_group() -> None:
@@ -76,7 +77,7 @@ def test_ddp_buckets_cost_the_cluster_group() -> None:
     cpu = ddp.simulate(w, CPU, ddp.DDPConfig())  # chapters 1-5: the closed form, unchanged
     for e in cpu.filter(kind="all_reduce"):
         assert e.duration_s == pytest.approx(
-            ddp.all_reduce_time_s(e.nbytes, 4, CPU.link_for(4)), rel=1e-12)
+            ddp.all_reduce_time_s(e.nbytes, 4, ring_link_of(CPU, 4)), rel=1e-12)
 
 
 def test_hsdp_costs_its_two_mesh_groups_apart() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from dpsim.runtime.machine import detect
 from dpsim.sim.collectives.link_constants import ACHIEVED_FRACTION
-from dpsim.sim.collectives.nccl import DEFAULT_PARAMS
+from dpsim.sim.collectives.nccl import DEFAULT_PARAMS, group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.hardware import (
     CLUSTERS,
@@ -29,6 +29,7 @@ from dpsim.sim.hardware import (
 from dpsim.sim.validation import MAX_COUNT
 from dpsim.sim.workload import MAX_FLOPS, Layer
 from tests.support.bad_input import raises_naming
+from tests.support.links import ring_link_of
 
 
 def test_presets_have_the_documented_shapes() -> None:
@@ -42,17 +43,17 @@ def test_presets_have_the_documented_shapes() -> None:
     assert len(CLUSTERS) >= 5
 
 
-def test_link_for_gives_the_achieved_ring_link() -> None:
+def test_group_link_gives_the_achieved_ring_link() -> None:
     big = get_cluster("h100-ib-4")
     nvlink = ACHIEVED_FRACTION["nvlink"].value * NVLINK4.bandwidth_GBps
     ib = DEFAULT_PARAMS.fraction(INFINIBAND_NDR) * INFINIBAND_NDR.bandwidth_GBps  # fitted
-    assert big.link_for(8).bandwidth_GBps == pytest.approx(nvlink)
-    assert big.link_for(8).latency_us == NVLINK4.latency_us
+    assert ring_link_of(big, 8).bandwidth_GBps == pytest.approx(nvlink)
+    assert ring_link_of(big, 8).latency_us == NVLINK4.latency_us
     # across nodes a rank's ring share is all 8 NICs of its node, capped by NVLink
-    assert big.link_for(16).bandwidth_GBps == pytest.approx(min(nvlink, 8 * ib))
-    assert big.link_for(16).latency_us == max(NVLINK4.latency_us, INFINIBAND_NDR.latency_us)
+    assert ring_link_of(big, 16).bandwidth_GBps == pytest.approx(min(nvlink, 8 * ib))
+    assert ring_link_of(big, 16).latency_us == max(NVLINK4.latency_us, INFINIBAND_NDR.latency_us)
     few_nics = replace(big, nics_per_node=1)
-    assert few_nics.link_for(16).bandwidth_GBps == pytest.approx(ib)
+    assert ring_link_of(few_nics, 16).bandwidth_GBps == pytest.approx(ib)
 
 
 def test_with_devices_fills_nodes() -> None:
@@ -137,8 +138,8 @@ BAD_CALLS: list[tuple[str, Callable[[], object]]] = [
     ("n_devices", lambda: NODE.with_devices(0)),
     ("n_devices", lambda: NODE.with_devices(8 * 4096 + 8)),  # more nodes than a cluster has
     ("n_devices", lambda: NODE.with_devices(True)),
-    ("n_devices", lambda: NODE.link_for(9)),
-    ("n_devices", lambda: NODE.link_for(2.0)),  # type: ignore[arg-type]
+    ("n_devices", lambda: group_shape(NODE, 9)),
+    ("n_devices", lambda: group_shape(NODE, 2.0)),  # type: ignore[arg-type]
     ("n_cores", lambda: cpu_device(0)),
     ("n_cores", lambda: cpu_device(-4)),
     ("n_cores", lambda: cpu_device(True)),

@@ -7,15 +7,14 @@ from dpsim.sim.collectives import protocols
 from dpsim.sim.collectives.nccl import (
     DEFAULT_PARAMS,
     GroupShape,
-    algorithm_time_s,
     choose,
-    choose_algorithm,
     group_shape,
     nccl_time_s,
     pairs,
     time_terms,
 )
 from dpsim.sim.hardware import CLUSTERS, get_cluster
+from tests.support.links import forced_time_s
 
 IB4 = get_cluster("h100-ib-4")
 NODE = CLUSTERS["h100-node"]
@@ -32,10 +31,9 @@ def test_small_messages_take_ll_and_large_ones_simple() -> None:
     # the protocol's time is the smallest of its pairs, and what nccl_time_s returns
     for s in (8, 2**16, 2**22, GiB):
         algo, proto, t = choose("all_reduce", s, IB4, group_shape(IB4))
-        times = [algorithm_time_s("all_reduce", s, IB4, group_shape(IB4), a, protocol=p)
+        times = [forced_time_s("all_reduce", s, IB4, group_shape(IB4), a, protocol=p)
                  for a, p in pairs("all_reduce", IB4, group_shape(IB4))]
         assert t == min(times) == nccl_time_s("all_reduce", s, IB4)
-        assert choose_algorithm("all_reduce", s, IB4, group_shape(IB4)) == algo
         assert t == nccl_time_s("all_reduce", s, IB4, algorithm=algo, protocol=proto)
 
 
@@ -73,7 +71,7 @@ def test_bad_protocols_name_the_field() -> None:
     with pytest.raises(ValueError, match="protocol='LL256'"):
         nccl_time_s("all_reduce", 1024, NODE, protocol="LL256")
     with pytest.raises(ValueError, match="protocol='LL'"):
-        algorithm_time_s("all_reduce", 1024, NODE, shape, "nvls", protocol="LL")
+        forced_time_s("all_reduce", 1024, NODE, shape, "nvls", protocol="LL")
     with pytest.raises(ValueError, match="protocol='LL128'"):
         choose("all_reduce", 1024, PCIE, group_shape(PCIE), protocol="LL128")
     with pytest.raises(ValueError, match="nbytes=-1"):

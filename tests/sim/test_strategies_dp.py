@@ -16,7 +16,8 @@ from torch import nn
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.models import mlp
 from dpsim.sim.collectives.cost import collective_time_s
-from dpsim.sim.collectives.nccl import achieved_link, nccl_time_s
+from dpsim.sim.collectives.group_cost import achieved_link
+from dpsim.sim.collectives.nccl import nccl_time_s
 from dpsim.sim.hardware import NVLINK4, PCIE4_X16, Cluster, get_cluster
 from dpsim.sim.strategies.dp import (
     PHASES,

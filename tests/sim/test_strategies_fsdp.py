@@ -29,6 +29,7 @@ from dpsim.sim.strategies.fsdp import (
 )
 from dpsim.sim.trace import Trace
 from dpsim.sim.workload import Layer, Workload, get_workload, transformer
+from tests.support.links import ring_link_of
 
 NODE = Cluster("8 GPUs", H100_80GB, 8, 1, NVLINK4)
 SLOW = Cluster("8 GPUs over PCIe", H100_80GB, 8, 1, PCIE4_X16)
@@ -68,7 +69,7 @@ def test_every_collective_takes_its_group_cost() -> None:
     generic = Cluster("8 CPUs", H100_80GB, 8, 1, Link("calibrated", 5.0, 30.0))
     for e in simulate(get_workload("gpt2-124m"), generic, FSDPConfig()).filter(stream="comm"):
         assert e.duration_s == pytest.approx(collective_time_s(e.kind, e.nbytes, 8,
-                                                             generic.link_for(8)), rel=1e-12)
+                                                             ring_link_of(generic, 8)), rel=1e-12)
 
 
 def test_stage3_order_gather_compute_reduce_scatter() -> None:

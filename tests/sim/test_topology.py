@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from dpsim.sim.collectives.cost import collective_time_s
+from dpsim.sim.collectives.group_cost import achieved_link
 from dpsim.sim.collectives.link_constants import (
     ACHIEVED_FRACTION,
     FILL_BYTES,
@@ -15,10 +16,8 @@ from dpsim.sim.collectives.link_constants import (
 from dpsim.sim.collectives.nccl import (
     DEFAULT_PARAMS,
     GroupShape,
-    achieved_link,
-    algorithm_time_s,
     available,
-    choose_algorithm,
+    choose,
     group_shape,
     nccl_time_s,
     rates,
@@ -34,6 +33,7 @@ from dpsim.sim.hardware import (
     get_cluster,
 )
 from dpsim.sim.hardware.gpu_specs import SPECS, match_name
+from tests.support.links import forced_time_s, ring_link_of
 
 IB16 = get_cluster("h100-ib-16")
 NV = ACHIEVED_FRACTION["nvlink"].value * NVLINK4.bandwidth_GBps * 1e9
@@ -61,11 +61,11 @@ def test_ring_across_nodes_uses_every_nic_of_a_node() -> None:
     latency = 8.4 + (2 * (n - 1) - 30) * 3.4 + 30 * net  # 2(m-1) = 30 network steps
     expected = simple(latency, 2 * (n - 1) / n * s / min(NV, 8 * IB),
                       fill(INFINIBAND_NDR.name, s))
-    assert algorithm_time_s("all_reduce", s, IB16, shape, "ring", protocol="Simple") == \
+    assert forced_time_s("all_reduce", s, IB16, shape, "ring", protocol="Simple") == \
         pytest.approx(expected)
     # the old model sent everything through one NIC: several times slower
     one_nic = collective_time_s("all_reduce", s, n, INFINIBAND_NDR)
-    assert one_nic > 4 * algorithm_time_s("all_reduce", s, IB16, shape, "ring")
+    assert one_nic > 4 * forced_time_s("all_reduce", s, IB16, shape, "ring")
 
 
 def test_tree_is_the_pipelined_hierarchy_not_log2_rings() -> None:
@@ -74,12 +74,12 @@ def test_tree_is_the_pipelined_hierarchy_not_log2_rings() -> None:
     b_s = NVLINK4.bandwidth_GBps * 1e9 * DEFAULT_PARAMS.nvls(NVLINK4)
     t_bw = max(s / b_s, 2 * 15 / 16 * s / (8 * IB))  # NVLS in the node, 1/8 of S per NIC
     net = 20.9 + 2 * DEFAULT_PARAMS.net_us(INFINIBAND_NDR)
-    tree = algorithm_time_s("all_reduce", s, IB16, shape, "tree", protocol="Simple")
+    tree = forced_time_s("all_reduce", s, IB16, shape, "tree", protocol="Simple")
     assert tree == pytest.approx(simple(25.0 + 2 * 4 * net, t_bw,  # NCCL's NVLSTree
                                         fill(INFINIBAND_NDR.name, s)))
-    ring = algorithm_time_s("all_reduce", s, IB16, shape, "ring")
+    ring = forced_time_s("all_reduce", s, IB16, shape, "ring")
     assert 0.5 < tree / ring < 2  # close to the ring at large sizes, unlike L x the ring
-    small = [algorithm_time_s("all_reduce", 1024, IB16, shape, a) for a in ("ring", "tree")]
+    small = [forced_time_s("all_reduce", 1024, IB16, shape, a) for a in ("ring", "tree")]
     assert small[1] < small[0] / 3  # and far faster at small ones (log2 hops, not 2N)
 
 
@@ -92,7 +92,7 @@ def test_choice_takes_the_fastest_available_and_can_be_overridden() -> None:
         assert available(coll, node, GroupShape(1, 8)) == ("ring", "nvls")
     assert available("broadcast", node, GroupShape(1, 8)) == ("ring",)
     for s in (1024, 2**20, GiB):
-        best = choose_algorithm("all_reduce", s, IB16, shape)
+        best = choose("all_reduce", s, IB16, shape)[0]
         times = {a: nccl_time_s("all_reduce", s, IB16, algorithm=a) for a in ("ring", "tree")}
         assert nccl_time_s("all_reduce", s, IB16) == min(times.values()) == times[best]
     with pytest.raises(ValueError, match="algorithm='nvls'"):
@@ -103,7 +103,7 @@ def test_sub_groups_map_to_the_links_they_cross() -> None:
     # HSDP: the shard group is one node (NVLink only), the replicate group one rank a node
     shard = nccl_time_s("reduce_scatter", GiB, IB16, 8)
     one_node = GroupShape(1, 8)
-    assert shard == min(algorithm_time_s("reduce_scatter", GiB, IB16, one_node, a)
+    assert shard == min(forced_time_s("reduce_scatter", GiB, IB16, one_node, a)
                         for a in ("ring", "nvls"))
     replicate = group_shape(IB16, 16, ranks_per_node=1)
     assert rates(IB16, replicate)[1] == pytest.approx(IB)  # its own rail: one NIC's share
@@ -114,8 +114,8 @@ def test_sub_groups_map_to_the_links_they_cross() -> None:
 
 def test_achieved_bandwidth_is_below_spec_on_one_node() -> None:
     node = CLUSTERS["a100-node"]
-    assert node.link_for(8).bandwidth_GBps == pytest.approx(0.82 * 300)
-    assert achieved_link(node.link_for(8)) == node.link_for(8)  # generic stays as given
+    assert ring_link_of(node, 8).bandwidth_GBps == pytest.approx(0.82 * 300)
+    assert achieved_link(ring_link_of(node, 8)) == ring_link_of(node, 8)  # generic stays as given
     nvls = CLUSTERS["h100-node"]
     b_s = rates(nvls, GroupShape(1, 8))[2]
     assert b_s / 1e9 == pytest.approx(450 * NVLS_FRACTIONS["NVLink 4 (H100)"].value)
@@ -150,7 +150,7 @@ def test_cluster_presets_describe_their_nodes() -> None:
     assert (p5.nics, p5.nvls, p5.inter_node is not None) == (32, True, True)
     assert CLUSTERS["dgx-h100"].nics == 8  # one NIC per GPU
     grown = replace(CLUSTERS["dgx-a100"], n_nodes=4)
-    assert grown.link_for(32).bandwidth_GBps < grown.link_for(8).bandwidth_GBps
+    assert ring_link_of(grown, 32).bandwidth_GBps < ring_link_of(grown, 8).bandwidth_GBps
     with pytest.raises(ValueError, match="nics_per_node=-1"):
         Cluster("x", H100_80GB, 8, 1, NVLINK4, nics_per_node=-1)
 
@@ -168,11 +168,11 @@ def test_fill_term_grows_with_size_and_saturates_and_is_the_same_for_every_pair(
     shape = GroupShape(16, 8)
     no_fill = replace(DEFAULT_PARAMS, fill_us={})
     for algo, proto in (("ring", "Simple"), ("tree", "LL128"), ("ring", "LL")):
-        with_it = algorithm_time_s("all_reduce", int(s0), IB16, shape, algo, protocol=proto)
-        without = algorithm_time_s("all_reduce", int(s0), IB16, shape, algo, no_fill,
+        with_it = forced_time_s("all_reduce", int(s0), IB16, shape, algo, protocol=proto)
+        without = forced_time_s("all_reduce", int(s0), IB16, shape, algo, no_fill,
                                    protocol=proto)
         assert with_it - without == pytest.approx(k * 1e-6 / 2)
     one_node = GroupShape(1, 8)  # on one node the NVSwitch's own fill, not the network's
-    nv = algorithm_time_s("all_reduce", GiB, IB16, one_node, "ring", protocol="Simple")
-    nv0 = algorithm_time_s("all_reduce", GiB, IB16, one_node, "ring", no_fill, protocol="Simple")
+    nv = forced_time_s("all_reduce", GiB, IB16, one_node, "ring", protocol="Simple")
+    nv0 = forced_time_s("all_reduce", GiB, IB16, one_node, "ring", no_fill, protocol="Simple")
     assert nv - nv0 == pytest.approx(fill(NVLINK4.name, GiB))

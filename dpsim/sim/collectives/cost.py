@@ -56,12 +56,20 @@ __all__ = [
 def tree_levels(world_size: int) -> int:
     """L = ceil(log2 world_size): rounds of a binomial tree (0 for one rank)."""
     require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    return _tree_levels(world_size)
+
+
+def _tree_levels(world_size: int) -> int:
     return int(world_size - 1).bit_length()
 
 
 def cost_terms(collective: str, world_size: int, algorithm: str = "ring") -> tuple[int, float]:
     """(number of alpha terms, multiple of S/B) in the closed form; time = k*alpha + f*S/B."""
     check_collective(collective, 0, world_size, algorithm)
+    return _cost_terms(collective, world_size, algorithm)
+
+
+def _cost_terms(collective: str, world_size: int, algorithm: str) -> tuple[int, float]:
     n = int(world_size)
     if n == 1:
         return 0, 0.0
@@ -71,7 +79,7 @@ def cost_terms(collective: str, world_size: int, algorithm: str = "ring") -> tup
             return 2 * (n - 1), 2 * frac
         return n - 1, frac
     if algorithm == "tree":
-        levels = tree_levels(n)
+        levels = _tree_levels(n)
         if collective == "all_reduce":
             return 2 * levels, 2.0 * levels
         if collective in ("all_gather", "reduce_scatter"):
@@ -100,7 +108,7 @@ def collective_time_s(collective: str, nbytes: int, world_size: int, link: Link,
     """
     check_collective(collective, nbytes, world_size, algorithm)
     check_link(link)
-    n_alpha, s_over_b = cost_terms(collective, world_size, algorithm)
+    n_alpha, s_over_b = _cost_terms(collective, world_size, algorithm)
     alpha_s = link.latency_us * 1e-6
     latency_s = n_alpha * alpha_s
     seconds = latency_s + s_over_b * nbytes / (link.bandwidth_GBps * 1e9)

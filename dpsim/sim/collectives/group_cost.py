@@ -1,4 +1,11 @@
-"""The seconds of one collective over a process group of a Cluster: what every strategy pays.
+"""The one answer to "what does this collective cost" and "which link does this group see".
+
+`group_time_s` is the seconds of one collective over a process group of a Cluster: what
+every strategy and the planner pay. `group_link` is the achieved per-rank link a group sees
+(for the closed forms, the planner's crossover), `achieved_link` the same for one lone link
+(DataParallel's copies). `collectives.cost` keeps the textbook alpha-beta closed form (one
+link, chapter 2) and `collectives.nccl` NCCL's own model (any group, algorithm, protocol),
+which this module dispatches to.
 
 A process group is a `GroupShape` (`collectives.nccl`): `ranks_per_node` ranks on each of
 `n_nodes` nodes. DDP, DP, FSDP and ZeRO-1/2 use the whole cluster, nodes filled first;
@@ -38,11 +45,11 @@ from dpsim.sim.collectives.nccl import (
     NCCL_COLLECTIVES,
     GroupShape,
     available,
-    choose_algorithm,
-    group_shape,
+    choose,
     nccl_time_s,
     rates,
 )
+from dpsim.sim.collectives.params import DEFAULT_PARAMS
 from dpsim.sim.hardware import Cluster, Link
 from dpsim.sim.validation import require_choice, require_int, require_type
 
@@ -51,7 +58,7 @@ CLOSED_FORM_KINDS = ("generic", "shared_memory")  # numbers already achieved: no
 _CACHE_SIZE = 1 << 14
 
 
-def require_fits(cluster: Cluster, shape: GroupShape) -> GroupShape:
+def _require_fits(cluster: Cluster, shape: GroupShape) -> GroupShape:
     """`shape` if `cluster` has room for it (at most its devices per node and its nodes)."""
     require_type("cluster", cluster, Cluster)
     require_type("shape", shape, GroupShape)
@@ -67,6 +74,10 @@ def uses_nccl(cluster: Cluster, shape: GroupShape) -> bool:
     """Whether a group of this shape crosses a GPU link (then NCCL's model applies)."""
     require_type("cluster", cluster, Cluster)
     require_type("shape", shape, GroupShape)
+    return _uses_nccl(cluster, shape)
+
+
+def _uses_nccl(cluster: Cluster, shape: GroupShape) -> bool:
     links = [cluster.intra_node] if shape.ranks_per_node > 1 or shape.n_nodes == 1 else []
     if shape.n_nodes > 1 and cluster.inter_node is not None:
         links.append(cluster.inter_node)
@@ -77,6 +88,10 @@ def fabric_cluster(cluster: Cluster) -> Cluster:
     """`cluster` with its network link as a ring's inter-node hop sees it: on a fabric that
     is not rail-optimized each hop crosses the spine (extra switch traversals of latency)."""
     require_type("cluster", cluster, Cluster)
+    return _fabric_cluster(cluster)
+
+
+def _fabric_cluster(cluster: Cluster) -> Cluster:
     net = cluster.inter_node
     if cluster.rail_optimized or net is None or cluster.n_nodes == 1:
         return cluster
@@ -84,13 +99,33 @@ def fabric_cluster(cluster: Cluster) -> Cluster:
     return replace(cluster, inter_node=replace(net, latency_us=net.latency_us + extra_us))
 
 
+def achieved_link(link: Link) -> Link:
+    """`link` at what a collective achieves: its bandwidth x the fraction of its kind, as a
+    "generic" Link (a lone link: DataParallel's copies, the explorer's presets)."""
+    require_type("link", link, Link)
+    if link.kind == "generic":
+        return link
+    rate = link.bandwidth_GBps * 1e9 * DEFAULT_PARAMS.fraction(link)  # bytes/s
+    return Link(f"{link.name} (achieved)", rate / 1e9, link.latency_us)
+
+
 def group_link(cluster: Cluster, shape: GroupShape) -> Link:
     """The achieved per-rank Link of a ring over the group: bandwidth min(B_i, B_n) (NCCL's
     rates, the network's share of this group's ranks on a node), latency the slowest hop's
-    (with the spine's on a fabric that is not rail-optimized). For the closed forms."""
-    require_type("cluster", cluster, Cluster)
-    require_fits(cluster, shape)
-    fabric = fabric_cluster(cluster)
+    (with the spine's on a fabric that is not rail-optimized). For the closed forms.
+
+    >>> from dpsim.sim.collectives.nccl import group_shape
+    >>> from dpsim.sim.hardware import get_cluster
+    >>> c = get_cluster("h100-ib-4")
+    >>> round(group_link(c, group_shape(c, 8)).bandwidth_GBps)  # one node: NVLink, GB/s
+    369
+    """
+    _require_fits(cluster, shape)
+    return _group_link(cluster, shape)
+
+
+def _group_link(cluster: Cluster, shape: GroupShape) -> Link:
+    fabric = _fabric_cluster(cluster)
     b_i, b_n, _ = rates(fabric, shape)
     net = fabric.inter_node if shape.n_nodes > 1 else None
     latency = max(fabric.intra_node.latency_us, net.latency_us if net else 0.0)
@@ -98,22 +133,19 @@ def group_link(cluster: Cluster, shape: GroupShape) -> Link:
     return Link(f"{name} (achieved)", min(b_i, b_n) / 1e9, latency)
 
 
-def nccl_algorithm(collective: str, algorithm: str, cluster: Cluster, shape: GroupShape,
-                   nbytes: int) -> str:
+def _nccl_algorithm(collective: str, algorithm: str, cluster: Cluster, shape: GroupShape,
+                    nbytes: int) -> str:
     """The NCCL algorithm a config's `algorithm` runs as on this group (module docstring)."""
-    require_choice("algorithm", algorithm, GROUP_ALGORITHMS)
-    require_type("cluster", cluster, Cluster)
-    require_fits(cluster, shape)
-    have = available(collective, cluster, shape)
     if algorithm == "auto":
-        return choose_algorithm(collective, nbytes, cluster, shape)
-    return algorithm if algorithm in have else "ring"
+        return choose(collective, nbytes, cluster, shape)[0]
+    return algorithm if algorithm in available(collective, cluster, shape) else "ring"
 
 
 def group_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
                  algorithm: str = "auto") -> float:
     """Seconds for one collective on `nbytes` (the full tensor) over a group of `shape`.
 
+    >>> from dpsim.sim.collectives.nccl import group_shape
     >>> from dpsim.sim.hardware import get_cluster
     >>> c = get_cluster("h100-ib-4")
     >>> round(group_time_s("all_reduce", 2**30, c, group_shape(c)) * 1e3, 2)  # ms
@@ -121,10 +153,8 @@ def group_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupSha
     """
     require_choice("collective", collective, NCCL_COLLECTIVES)
     require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_type("cluster", cluster, Cluster)
-    require_type("shape", shape, GroupShape)
     require_choice("algorithm", algorithm, GROUP_ALGORITHMS)
-    require_fits(cluster, shape)
+    _require_fits(cluster, shape)
     return _cached(collective, nbytes, cluster, shape, algorithm)
 
 
@@ -134,22 +164,15 @@ def _cached(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
     """`group_time_s` on checked inputs (Cluster, Link and GroupShape are frozen)."""
     if shape.world_size == 1:
         return 0.0
-    if algorithm == "naive" or not uses_nccl(cluster, shape):
+    if algorithm == "naive" or not _uses_nccl(cluster, shape):
         closed = "ring" if algorithm in ("auto", "nvls") else algorithm
         return collective_time_s(collective, nbytes, shape.world_size,
-                                 group_link(cluster, shape), closed)
+                                 _group_link(cluster, shape), closed)
     # the NCCL model adds the spine's hops itself (`nccl._spine_us`)
-    algo = "auto" if algorithm == "auto" else nccl_algorithm(collective, algorithm, cluster,
-                                                             shape, nbytes)
+    algo = "auto" if algorithm == "auto" else _nccl_algorithm(collective, algorithm, cluster,
+                                                              shape, nbytes)
     return nccl_time_s(collective, nbytes, cluster, shape.world_size,
                        ranks_per_node=shape.ranks_per_node, algorithm=algo)
-
-
-def cluster_time_s(collective: str, nbytes: int, cluster: Cluster,
-                   algorithm: str = "auto") -> float:
-    """`group_time_s` over every device of `cluster` (nodes filled first)."""
-    require_type("cluster", cluster, Cluster)
-    return group_time_s(collective, nbytes, cluster, group_shape(cluster), algorithm)
 
 
 def mesh_shapes(cluster: Cluster, shard_size: int) -> tuple[GroupShape, GroupShape]:

@@ -139,6 +139,10 @@ def available(collective: str, cluster: Cluster, shape: GroupShape) -> tuple[str
     an all-reduce across nodes; NVLS for an all-reduce, all-gather or reduce-scatter inside
     one NVLS node (across nodes NCCL's NVLS needs CollNet, tuning.cc line 484)."""
     _check(cluster, shape, collective)
+    return _available(collective, cluster, shape)
+
+
+def _available(collective: str, cluster: Cluster, shape: GroupShape) -> tuple[str, ...]:
     if shape.world_size == 1 or collective in ("broadcast", "reduce"):
         return ("ring",)
     algos = ["ring"]
@@ -207,18 +211,19 @@ def pairs(collective: str, cluster: Cluster, shape: GroupShape,
     """The enabled (algorithm, protocol) pairs, in NCCL's order (`protocol`: only those)."""
     _check(cluster, shape, collective)
     require_choice("protocol", protocol, PROTOCOL_CHOICES)
-    return [(a, p) for a in available(collective, cluster, shape)
+    return _pairs(collective, cluster, shape, protocol)
+
+
+def _pairs(collective: str, cluster: Cluster, shape: GroupShape, protocol: str
+           ) -> list[tuple[str, str]]:
+    return [(a, p) for a in _available(collective, cluster, shape)
             for p in protocols_for(a, cluster) if protocol in ("auto", p)]
 
 
-def algorithm_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
-                     algorithm: str, params: ModelParams = DEFAULT_PARAMS, *,
-                     protocol: str = "auto") -> float:
-    """Seconds for one collective on `nbytes` (full tensor) with `algorithm` and `protocol`
-    ("auto": the protocol of that algorithm with the smallest modelled time)."""
-    _check(cluster, shape, collective)
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_choice("algorithm", algorithm, available(collective, cluster, shape))
+def _algorithm_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
+                      algorithm: str, protocol: str, params: ModelParams) -> float:
+    """Seconds with `algorithm` and `protocol` ("auto": the protocol of that algorithm with
+    the smallest modelled time), on checked inputs."""
     protos = protocols_for(algorithm, cluster)
     if protocol != "auto":
         protos = (require_choice("protocol", protocol, protos),)
@@ -235,10 +240,19 @@ def choose(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
     modelled time (ties: the first in NCCL's order, ring before tree before NVLS, LL before
     LL128 before Simple); `protocol`: choose among that protocol's pairs only."""
     require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    options = pairs(collective, cluster, shape, protocol)
+    _check(cluster, shape, collective)
+    require_choice("protocol", protocol, PROTOCOL_CHOICES)
+    require_type("params", params, ModelParams)
+    return _choose(collective, nbytes, cluster, shape, params, protocol)
+
+
+def _choose(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
+            params: ModelParams, protocol: str) -> tuple[str, str, float]:
+    options = _pairs(collective, cluster, shape, protocol)
     if not options:
+        runs = sorted({p for _, p in _pairs(collective, cluster, shape, "auto")})
         raise ValueError(f"protocol={protocol!r} runs no algorithm of {collective} here; "
-                         f"allowed: {sorted({p for _, p in pairs(collective, cluster, shape)})}")
+                         f"allowed: {runs}")
     if shape.world_size == 1:
         return (*options[-1], 0.0)
     times = [_pair_time_s(collective, float(nbytes), cluster, shape, a, p, params)
@@ -247,16 +261,12 @@ def choose(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
     return (*options[i], times[i])
 
 
-def choose_algorithm(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
-                     params: ModelParams = DEFAULT_PARAMS) -> str:
-    """The algorithm of `choose`'s (algorithm, protocol)."""
-    return choose(collective, nbytes, cluster, shape, params)[0]
-
-
 def nccl_time_s(collective: str, nbytes: int, cluster: Cluster, n_devices: int | None = None,
                 *, ranks_per_node: int | None = None, algorithm: str = "auto",
-                protocol: str = "auto") -> float:
-    """Seconds for one NCCL collective over a group of `cluster` (see the module table).
+                protocol: str = "auto", params: ModelParams = DEFAULT_PARAMS) -> float:
+    """Seconds for one NCCL collective over a group of `cluster` (see the module table):
+    `algorithm` and `protocol` "auto" are NCCL's choice (`choose`), else forced where this
+    collective has them on this group; `params` the model's constants (default: fitted).
 
     >>> from dpsim.sim.hardware import get_cluster
     >>> round(nccl_time_s("all_reduce", 2**30, get_cluster("h100-ib-4")) * 1e3, 2)  # ms
@@ -269,9 +279,12 @@ def nccl_time_s(collective: str, nbytes: int, cluster: Cluster, n_devices: int |
     require_choice("collective", collective, NCCL_COLLECTIVES)
     require_choice("algorithm", algorithm, ALGORITHM_CHOICES)
     require_choice("protocol", protocol, PROTOCOL_CHOICES)
+    require_int("nbytes", nbytes, 0, MAX_NBYTES)
+    require_type("params", params, ModelParams)
     if algorithm == "auto":
-        return choose(collective, nbytes, cluster, shape, protocol=protocol)[2]
-    return algorithm_time_s(collective, nbytes, cluster, shape, algorithm, protocol=protocol)
+        return _choose(collective, nbytes, cluster, shape, params, protocol)[2]
+    require_choice("algorithm", algorithm, _available(collective, cluster, shape))
+    return _algorithm_time_s(collective, nbytes, cluster, shape, algorithm, protocol, params)
 
 
 def _spine_us(cluster: Cluster) -> float:
@@ -280,27 +293,3 @@ def _spine_us(cluster: Cluster) -> float:
     if cluster.rail_optimized:
         return 0.0
     return SPINE_EXTRA_SWITCH_HOPS.value * SWITCH_HOP_US.value
-
-
-def achieved_link(link: Link) -> Link:
-    """`link` at what a collective achieves: its bandwidth x the fraction of its kind, as a
-    "generic" Link (used by DataParallel's copies and `ring_link`)."""
-    require_type("link", link, Link)
-    if link.kind == "generic":
-        return link
-    return Link(f"{link.name} (achieved)", _rate(link, DEFAULT_PARAMS) / 1e9, link.latency_us)
-
-
-def ring_link(cluster: Cluster, n_devices: int) -> Link:
-    """The achieved per-rank Link of a ring over the first `n_devices` devices (used by
-    `Cluster.link_for`): bandwidth min(B_i, B_n), latency the slowest hop's."""
-    require_type("cluster", cluster, Cluster)
-    require_int("n_devices", n_devices, 1, cluster.world_size)
-    shape = group_shape(cluster, n_devices)
-    b_i, b_n, _ = rates(cluster, shape)
-    crosses = shape.n_nodes > 1 and cluster.inter_node is not None
-    latency = max(cluster.intra_node.latency_us,
-                  cluster.inter_node.latency_us if crosses and cluster.inter_node else 0.0)
-    name = cluster.intra_node.name + (f" + {cluster.nics} x {cluster.inter_node.name}"
-                                      if crosses and cluster.inter_node else "")
-    return Link(f"{name} (achieved)", min(b_i, b_n) / 1e9, latency)

@@ -38,6 +38,11 @@ def forward_time_s(layer: Layer, batch_size: int, device: Device, dtype: str = "
                    captured_dtype: str = "fp32") -> float:
     """Seconds for one layer's forward pass on a batch."""
     _check_layer_call(layer, batch_size, device, dtype, captured_dtype)
+    return _forward_s(layer, batch_size, device, dtype, captured_dtype)
+
+
+def _forward_s(layer: Layer, batch_size: int, device: Device, dtype: str,
+               captured_dtype: str) -> float:
     scale = DTYPE_BYTES[dtype] / DTYPE_BYTES[captured_dtype]
     nbytes = (layer.output_bytes + layer.activation_bytes) * batch_size * scale
     nbytes += layer.n_params * DTYPE_BYTES[dtype]
@@ -50,6 +55,11 @@ def backward_time_s(layer: Layer, batch_size: int, device: Device, dtype: str = 
                     captured_dtype: str = "fp32") -> float:
     """Seconds for one layer's backward pass: twice the forward's FLOPs and operators."""
     _check_layer_call(layer, batch_size, device, dtype, captured_dtype)
+    return _backward_s(layer, batch_size, device, dtype, captured_dtype)
+
+
+def _backward_s(layer: Layer, batch_size: int, device: Device, dtype: str,
+                captured_dtype: str) -> float:
     scale = DTYPE_BYTES[dtype] / DTYPE_BYTES[captured_dtype]
     nbytes = 2 * (layer.output_bytes + layer.activation_bytes) * batch_size * scale
     nbytes += 2 * layer.n_params * DTYPE_BYTES[dtype]
@@ -65,6 +75,10 @@ def optimizer_time_s(n_params: int, n_param_tensors: int, device: Device,
     require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
     require_type("device", device, Device)
     require_choice("optimizer", optimizer, OPTIMIZERS)
+    return _optimizer_s(n_params, n_param_tensors, device, optimizer)
+
+
+def _optimizer_s(n_params: int, n_param_tensors: int, device: Device, optimizer: str) -> float:
     touched = {"sgd": 3, "sgd_momentum": 5, "adam": 9, "adamw": 9}[optimizer]  # words per param
     nbytes = touched * 4 * n_params
     per_tensor = {"sgd": 1, "sgd_momentum": 2, "adam": 6, "adamw": 7}[optimizer]
@@ -76,12 +90,13 @@ def step_compute_s(workload: Workload, batch_size: int, device: Device, dtype: s
                    optimizer: str = "adam") -> float:
     """Forward + backward + optimizer seconds for one training step on one device."""
     require_type("workload", workload, Workload)
-    require_int("batch_size", batch_size, 0, MAX_COUNT)  # also checked per layer, if any
+    require_int("batch_size", batch_size, 0, MAX_COUNT)
     require_type("device", device, Device)
     require_choice("dtype", dtype, DTYPE_BYTES)
-    fwd = sum(forward_time_s(layer, batch_size, device, dtype, workload.dtype)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    fwd = sum(_forward_s(layer, batch_size, device, dtype, workload.dtype)
               for layer in workload.layers)
-    bwd = sum(backward_time_s(layer, batch_size, device, dtype, workload.dtype)
+    bwd = sum(_backward_s(layer, batch_size, device, dtype, workload.dtype)
               for layer in workload.layers)
-    return fwd + bwd + optimizer_time_s(workload.n_params, workload.n_param_tensors, device,
-                                        optimizer)
+    return fwd + bwd + _optimizer_s(workload.n_params, workload.n_param_tensors, device,
+                                    optimizer)

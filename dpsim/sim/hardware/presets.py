@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dpsim.sim.hardware import (
+from dpsim.sim.hardware.cluster import Cluster
+from dpsim.sim.hardware.device import (
     A100_40GB,
     A100_80GB,
     B200,
+    H100_80GB,
+    H200,
+    RTX_4090,
+    V100_32GB,
+)
+from dpsim.sim.hardware.link import (
     EFA_V1,
     EFA_V2,
     GCP_TCPX,
     GCP_TCPXO,
-    H100_80GB,
-    H200,
     INFINIBAND_EDR,
     INFINIBAND_HDR,
     INFINIBAND_NDR,
@@ -31,10 +36,8 @@ from dpsim.sim.hardware import (
     ROCE_100G,
     ROCE_200G,
     ROCE_400G,
-    RTX_4090,
-    V100_32GB,
-    Cluster,
 )
+from dpsim.sim.validation import require_choice
 
 SOURCES: dict[str, str] = {
     "dgx-a100": "NVIDIA DGX A100 datasheet: 8x A100 80GB, 6 NVSwitches (600 GB/s per GPU), "
@@ -141,3 +144,9 @@ def _clusters() -> dict[str, Cluster]:
 
 
 CLUSTERS: dict[str, Cluster] = _clusters()
+
+
+def get_cluster(name: str) -> Cluster:
+    """A cluster preset by name (see CLUSTERS; `dpsim.runtime.machine.detect` for this one)."""
+    require_choice("name", name, CLUSTERS)
+    return CLUSTERS[name]

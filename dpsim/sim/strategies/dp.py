@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 
-from dpsim.sim.collectives.group_cost import group_time_s
-from dpsim.sim.collectives.nccl import achieved_link, group_shape
+from dpsim.sim.collectives.group_cost import achieved_link, group_time_s
+from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.gil import Segment, schedule
 from dpsim.sim.cost.memory import optimizer_state_bytes, precision_dtype

@@ -1,0 +1,149 @@
+"""Devices: one accelerator (or a CPU socket used as one), its presets and how to find one.
+
+Peak numbers are vendor datasheet figures (dense, no sparsity), each sourced in
+`dpsim.sim.hardware.gpu_specs`. `efficiency` is the fraction of peak a well-tuned training
+step reaches; `runtime.calibrate` measures it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, replace
+
+from dpsim.sim.hardware.gpu_specs import SPECS, match_name
+from dpsim.sim.hardware.limits import (
+    MAX_CORES,
+    MAX_MEMORY_GIB,
+    MAX_OVERHEAD_US,
+    MAX_RATE,
+    MIN_EFFICIENCY,
+    MIN_RATE,
+    GiB,
+)
+from dpsim.sim.validation import (
+    require_bool,
+    require_choice,
+    require_finite,
+    require_int,
+    require_type,
+)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or a CPU socket used as one)."""
+
+    name: str
+    kind: str  # "gpu" or "cpu"
+    memory_GiB: float  # usable device memory
+    fp32_tflops: float  # dense fp32 peak (TF32 off)
+    bf16_tflops: float  # dense bf16/fp16 peak (tensor cores on GPUs)
+    mem_bw_GBps: float  # device memory bandwidth, GB/s
+    op_overhead_us: float = 10.0  # fixed cost per operator: Python dispatch + kernel launch
+    efficiency: float = 0.6  # fraction of peak FLOP/s reached by large matmuls
+
+    def __post_init__(self) -> None:
+        require_type("name", self.name, str)
+        require_choice("kind", self.kind, ("gpu", "cpu"))
+        require_finite("memory_GiB", self.memory_GiB, 0, MAX_MEMORY_GIB, low_inclusive=False)
+        require_finite("fp32_tflops", self.fp32_tflops, MIN_RATE, MAX_RATE)
+        require_finite("bf16_tflops", self.bf16_tflops, MIN_RATE, MAX_RATE)
+        require_finite("mem_bw_GBps", self.mem_bw_GBps, MIN_RATE, MAX_RATE)
+        require_finite("op_overhead_us", self.op_overhead_us, 0, MAX_OVERHEAD_US)
+        require_finite("efficiency", self.efficiency, MIN_EFFICIENCY, 1)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Usable memory in bytes."""
+        return int(self.memory_GiB * GiB)
+
+    def tflops(self, dtype: str) -> float:
+        """Peak dense TFLOP/s for `dtype` ("fp32", "bf16" or "fp16")."""
+        require_choice("dtype", dtype, ("fp32", "bf16", "fp16"))
+        return self.fp32_tflops if dtype == "fp32" else self.bf16_tflops
+
+
+# --- presets ------------------------------------------------------------------------------
+
+
+def _device(key: str, op_overhead_us: float = 5.0) -> Device:
+    spec = SPECS[key]
+    return Device(spec.label, "gpu", spec.memory_GiB, spec.fp32_tflops, spec.bf16_tflops,
+                  spec.mem_bw_GBps, op_overhead_us=op_overhead_us)
+
+
+A100_40GB = _device("a100-40gb", op_overhead_us=6.0)
+A100_80GB = _device("a100-80gb", op_overhead_us=6.0)
+H100_80GB = _device("h100-80gb")
+H100_PCIE = _device("h100-pcie")
+H200 = _device("h200")
+B200 = _device("b200")
+L4 = _device("l4")
+T4 = _device("t4", op_overhead_us=8.0)
+A10 = _device("a10")
+RTX_4090 = _device("rtx-4090")
+V100_32GB = _device("v100-32gb", op_overhead_us=8.0)
+MI300X = _device("mi300x")
+LAPTOP_CPU = Device("laptop CPU", "cpu", 16.0, 0.5, 0.5, 40.0, op_overhead_us=15.0)
+
+DEVICES: dict[str, Device] = {
+    "a100-40gb": A100_40GB,
+    "a100-80gb": A100_80GB,
+    "h100-80gb": H100_80GB,
+    "h100-pcie": H100_PCIE,
+    "h200": H200,
+    "b200": B200,
+    "l4": L4,
+    "t4": T4,
+    "a10": A10,
+    "rtx-4090": RTX_4090,
+    "v100-32gb": V100_32GB,
+    "mi300x": MI300X,
+    "laptop-cpu": LAPTOP_CPU,
+}
+
+
+def get_device(name: str) -> Device:
+    """A device preset by name (see DEVICES), or "this-cpu" for this machine's CPU."""
+    if name == "this-cpu":
+        return cpu_device()
+    require_choice("name", name, [*DEVICES, "this-cpu"])
+    return DEVICES[name]
+
+
+def device_for_name(cuda_name: str, memory_bytes: int, warn: bool = True) -> Device:
+    """The preset a CUDA device name identifies (`gpu_specs.match_name`), with the real
+    memory size. An unknown name gets A100 80GB peaks and a warning, never silently; so
+    does a name whose preset is a stand-in (an A10G takes the A10's datasheet)."""
+    require_type("cuda_name", cuda_name, str)
+    require_int("memory_bytes", memory_bytes, 1, int(MAX_MEMORY_GIB * GiB))
+    require_bool("warn", warn)
+    key = match_name(cuda_name)
+    memory = round(memory_bytes / GiB, 2)
+    if key is None:
+        if warn:
+            warnings.warn(f"GPU {cuda_name!r} is not among dpsim's presets ({', '.join(SPECS)}"
+                          "); its peaks are taken from the A100 80GB SXM: give a Device for "
+                          "better numbers", stacklevel=2)
+        return replace(A100_80GB, name=cuda_name, memory_GiB=memory)
+    preset = DEVICES[key]
+    if warn and "a10g" in cuda_name.lower():
+        warnings.warn(f"GPU {cuda_name!r}: {SPECS[key].note}", stacklevel=2)
+    return replace(preset, name=cuda_name, memory_GiB=memory)
+
+
+def cpu_device(n_cores: int | None = None) -> Device:
+    """This machine's CPU with nominal (uncalibrated) throughput: ~50 GFLOP/s fp32 per core.
+
+    `n_cores` (1..MAX_CORES) overrides the number of cores; None counts this machine's.
+    """
+    if n_cores is not None:
+        require_int("n_cores", n_cores, 1, MAX_CORES)
+    cores = n_cores or os.cpu_count() or 1
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB
+    except (ValueError, OSError, AttributeError):
+        mem = 8.0
+    return Device(f"CPU ({cores} cores)", "cpu", round(mem, 1), 0.05 * cores, 0.05 * cores,
+                  20.0, op_overhead_us=15.0)
