@@ -5,12 +5,12 @@ dataclasses that check themselves), the planner's functions and the registered s
 simulations (`benchmarks/api_surface.py` finds them and derives a valid call of each from
 its signature and type hints), hypothesis replaces one or two arguments of a valid call by
 values of their kind or by anything at all (integers from -2**70 to 2**70, floats with NaN
-and inf, bools, text, None). Each call (a config with its simulation) must return within
-1 s (SIGALRM, with a memory cap so that a huge size fails to allocate) and then either
-return numbers that are all finite and non-negative, or raise a ValueError whose message names one of the entry
-point's arguments as `name=` (an element as `name[`). The fuzz of every entry point, one
-argument at a time, is `python -m benchmarks.fuzz_api`; this test imports its discovery, so
-it runs from the repository root (`python -m pytest`, as `make test` does).
+and inf, bools, text, None). Each call (a config with its simulation) must return within 1 s
+(SIGALRM, with a memory cap so that a huge size fails to allocate) and then either return
+numbers that are all finite and non-negative, or raise a ValueError whose message names one
+of the entry point's arguments as `name=` (an element as `name[`). The fuzz of every entry
+point, one argument at a time, is `python -m benchmarks.fuzz_api`; this test imports its
+discovery, so it runs from the repository root (`python -m pytest`, as `make test` does).
 """
 
 from __future__ import annotations
