@@ -142,8 +142,10 @@ def memory_cap(extra_bytes: int = MEMORY_BYTES) -> Iterator[None]:
 
 
 def names_field(message: str, name: str) -> bool:
-    """True when `message` names `name` as `name=` or an element as `name[` (anywhere)."""
-    return re.search(rf"(?<![A-Za-z0-9_.]){re.escape(name)}[=\[]", message) is not None
+    """True when `message` names `name` as `name=`, an element as `name[`, or a part as
+    `name (elements)=` (anywhere)."""
+    return re.search(rf"(?<![A-Za-z0-9_.]){re.escape(name)}(?: \([^)]*\))?[=\[]",
+                     message) is not None
 
 
 def _sentinel(path: str, value: float) -> bool:

@@ -1,204 +1,76 @@
-"""The public API of the simulator wing and the widgets, as a table of valid calls.
+"""The public API's boundary, found by walking the package, and one valid call of each entry.
 
-Each `EntryPoint` names a public function, config dataclass or method, the callable, and
-one valid value per argument (`Arg`: name, value, kind). `then` runs on what a
-constructor returns (a config -> its simulation), so that a value a config accepts is also
-followed into the simulation. The fuzz (`benchmarks/fuzz_api.py`) perturbs one argument at
-a time from these values; the property test (`tests/api/test_api_properties.py`) draws
-arbitrary values for them. `discover()` lists what the modules export, so that a new public
-function that is neither in the table nor in `SKIPPED` shows up in the fuzz's results.
+The boundary (where input enters, so where a bad value must get a ValueError naming it):
+
+1. every name of `dpsim.sim` that a notebook or solution imports (read from their cells);
+2. every dataclass of `dpsim.sim` that checks itself (`__post_init__`): configs, hardware,
+   workload, trace records, and their public methods (called on a fresh valid instance);
+3. every public function of the planner;
+4. every public function, class and method of `dpsim.widgets`, except builders of
+   ipywidgets controls (their return hint is an ipywidgets type);
+5. every registered strategy's `simulate` and `step_result`, through the registry.
+
+Left out by rule: `dpsim.sim.fidelity` (the validation harness over shipped data, run by
+`python -m dpsim validate`) and the strategy classes themselves (reached through the
+registry). Modules are found with pkgutil, so a renamed or split module needs no edit here.
+
+Arguments come from signatures and type hints (`benchmarks.api_args`). The valid base call
+is searched for: every argument starts at its first candidate (its default when it has
+one) and, while the call raises a ValueError naming an argument, that argument moves on to
+its next candidate. A config class's calls also run its strategy's simulation (`then`).
+`SKIPPED` and `ERRORS_AS_TEXT` are all that is listed by hand.
 """
 
 from __future__ import annotations
 
+import ast
+import copy
+import dataclasses
+import functools
 import importlib
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
+import json
+import pkgutil
+import re
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-# Argument kinds: what the argument means, which decides how it is perturbed.
-INT = "int"  # an integer count or size
-FLOAT = "float"  # a real number (seconds, bytes per second, a share)
-CHOICE = "choice"  # one of `choices` (names, or integers such as a ZeRO stage)
-BOOL = "bool"  # True or False
-NAME = "name"  # free text (a label): any string is valid
-OBJECT = "object"  # a dpsim object (Workload, Cluster, Link, a config, a Trace)
-INTS = "ints"  # a sequence of integers
-FLOATS = "floats"  # a sequence of real numbers
-CHOICES = "choices"  # a sequence of `choices`
-OBJECTS = "objects"  # a sequence of dpsim objects
-SHAPE = "shape"  # a tensor shape: a tuple of non-negative integers
-SHAPES = "shapes"  # a sequence of shapes
-DATA = "data"  # structured data (nested lists, dicts); perturbed by `extra` only
-KINDS = (INT, FLOAT, CHOICE, BOOL, NAME, OBJECT, INTS, FLOATS, CHOICES, OBJECTS, SHAPE,
-         SHAPES, DATA)
+from benchmarks import api_args
+from benchmarks.api_args import Arg, derive_arg, empty
+from benchmarks.api_harness import call_bounded
 
-SIMULATOR_MODULES = (
-    "dpsim.sim.hardware", "dpsim.sim.workload", "dpsim.sim.trace", "dpsim.sim.cost.memory",
-    "dpsim.sim.cost.fsdp_shards",
-    "dpsim.sim.cost.compute", "dpsim.sim.cost.gil", "dpsim.sim.cost.gil_limits",
-    "dpsim.sim.collectives.cost",
-    "dpsim.sim.collectives.ring",
-    "dpsim.sim.collectives.schedule", "dpsim.sim.collectives.fit", "dpsim.sim.collectives.series",
-    "dpsim.sim.strategies.base", "dpsim.sim.strategies.single",
-    "dpsim.sim.strategies.dp_closed_form",
-    "dpsim.sim.strategies.dp", "dpsim.sim.strategies.ddp", "dpsim.sim.strategies.fsdp",
-    "dpsim.sim.strategies.fsdp_units", "dpsim.sim.strategies.registry", "dpsim.sim.planner",
-    "dpsim.sim.collectives.nccl", "dpsim.sim.hardware.gpu_specs", "dpsim.sim.fidelity.collectives",
-    "dpsim.sim.fidelity.memory", "dpsim.sim.fidelity.report", "dpsim.sim.fidelity.ddp",
-    "dpsim.sim.cost.precision", "dpsim.sim.cost.zero_partition", "dpsim.sim.strategies.knobs",
-    "dpsim.sim.strategies.hsdp", "dpsim.sim.fidelity.resnet_scaling",
-    "dpsim.sim.fidelity.zero_paper",
-    "dpsim.sim.fidelity.input_pipeline", "dpsim.sim.fidelity.resnet_scaling_report",
-    "dpsim.sim.fidelity.fsdp_scale", "dpsim.sim.fidelity.fsdp_scale_report",
-    "dpsim.sim.fidelity.fsdp_width",
-    "dpsim.sim.collectives.group_cost",
-    "dpsim.sim.cost.compute_contention",
-    "dpsim.sim.collectives.protocols", "dpsim.sim.collectives.params",
-    "dpsim.sim.fidelity.constants_block", "dpsim.sim.fidelity.leave_run_out",
-)
-WIDGET_MODULES = (
-    "dpsim.widgets.memory_explorer", "dpsim.widgets.collectives_explorer",
-    "dpsim.widgets.ddp_explorer", "dpsim.widgets.dp_explorer",
-    "dpsim.widgets.strategy_dashboard", "dpsim.widgets.zero_explorer",
-    "dpsim.widgets.dashboard",
-)
-
-_RESULT = "a result record the simulator builds; callers read it, they do not construct it"
-_BUILDER = "builds ipywidgets controls; its explore/render function is in the table"
-_STRATEGY = "a strategy object; plan, scaling_curve and summary_table call every member"
-# Discovered names that are deliberately not fuzzed, and why.
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIRS = ("notebooks", "solutions")
+REPAIRS = 24  # calls tried while searching for a valid base call
+BASE_SECONDS = 30.0  # time bound of one try (the first call imports and fills caches)
+LEFT_OUT = {"dpsim.sim.fidelity": "the validation harness over the shipped dataset; run by "
+                                  "python -m dpsim validate and tests/sim/test_fidelity*.py"}
+# Boundary names (by qualified name, wherever their module lives) not fuzzed, and why.
 SKIPPED: dict[str, str] = {
-    "dpsim.sim.cost.gil.GILResult": _RESULT, "dpsim.sim.planner.PlanResult": _RESULT,
-    "dpsim.sim.planner.Crossover": _RESULT, "dpsim.sim.cost.memory.MemoryBreakdown": _RESULT,
-    "dpsim.sim.collectives.series.RankTraffic": _RESULT,
-    "dpsim.sim.collectives.series.SizeSeries": _RESULT,
-    "dpsim.sim.collectives.ring.RingStep": _RESULT, "dpsim.sim.collectives.ring.RingSend": _RESULT,
-    "dpsim.sim.collectives.schedule.Round": _RESULT, "dpsim.sim.strategies.ddp.Bucket": _RESULT,
-
-    "dpsim.sim.strategies.ddp.ScalingPoint": _RESULT,
-    "dpsim.sim.strategies.fsdp_units.Unit": _RESULT,
-    "dpsim.sim.strategies.dp.DPSummary": _RESULT, "dpsim.sim.strategies.fsdp.FSDPSummary": _RESULT,
-    "dpsim.sim.strategies.single.SingleSummary": _RESULT,
-
-    "dpsim.sim.strategies.base.Placement": _RESULT,
-    "dpsim.sim.strategies.base.CrossoverTerms": _RESULT,
-    "dpsim.widgets.collectives_explorer.Estimate": _RESULT,
-    "dpsim.widgets.collectives_explorer.Preset": _RESULT,
-    "dpsim.sim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
-    "dpsim.sim.collectives.nccl.ModelParams": "the model's constants, built by the fitter; "
-                                          "every field is a number the fit sets",
-    "dpsim.sim.collectives.params.ModelParams": "the model's constants, built by the fitter; "
-                                            "every field is a number the fit sets",
-    "dpsim.sim.collectives.nccl.bottleneck": "which link of a checked cluster and group pays the "
-                                         "fill term; fuzzed through nccl_time_s",
-    "dpsim.sim.hardware.gpu_specs.GpuSpec": "datasheet rows, read by hardware at import",
-    **{f"dpsim.sim.fidelity.{name}": "the validation harness over the shipped dataset; run by "
-                                 "python -m dpsim validate and tests/sim/test_fidelity.py"
-       for name in ("collectives.Point", "collectives.load_runs", "collectives.points",
-                    "collectives.cluster_of", "collectives.predict_us", "collectives.errors",
-                    "collectives.link_names", "collectives.fill_links", "collectives.fit",
-                    "collectives.data_files", "constants_block.block", "constants_block.write",
-                    "collectives.link_of", "leave_run_out.predict_left_out",
-                    "leave_run_out.evaluate",
-                    "collectives.forced", "collectives.run_predictions",
-                    "collectives.dpsim_nbytes",
-                    "collectives.fitted_constants", "collectives.family",
-                    "collectives.family_summary",
-                    "collectives.evaluate", "collectives.shipped_rows",
-                    "collectives.held_out_summary", "memory.evaluate", "ddp.evaluate",
-                    "ddp.fit_efficiency", "report.shipped_matches_fit",
-                    "report.run", "report.figure", "report.markdown", "report.main",
-                    "report.scaling_and_zero_families", "resnet_scaling.load",
-                    "resnet_scaling.device_of", "resnet_scaling.compute_dtype",
-                    "resnet_scaling.fit_efficiency", "resnet_scaling.cluster_of",
-                    "resnet_scaling.ddp_step_s", "resnet_scaling.evaluate",
-                    "resnet_scaling.family", "resnet_scaling_report.section",
-                    "input_pipeline.expected_max_normal", "input_pipeline.wait_term",
-                    "input_pipeline.fit", "input_pipeline.worst_error", "input_pipeline.apply",
-                    "input_pipeline.leave_one_table_out", "input_pipeline.variants",
-                    "zero_paper.load",
-                    "zero_paper.printed", "zero_paper.errors", "zero_paper.table1_rows",
-                    "zero_paper.bold_agrees", "zero_paper.table2_rows", "zero_paper.evaluate",
-                    "zero_paper.family", "zero_paper.section")},
-    **{f"dpsim.sim.fidelity.{name}": "the FSDP/ZeRO-3 throughput validation over its shipped "
-                                 "dataset; run by python -m dpsim validate and "
-                                 "tests/sim/test_fidelity_fsdp_scale.py"
-       for name in ("fsdp_scale.load", "fsdp_scale.workload", "fsdp_scale.cluster",
-                    "fsdp_scale.settings", "fsdp_scale.step", "fsdp_scale.metric",
-                    "fsdp_scale.implied_efficiency", "fsdp_scale.fit_point",
-                    "fsdp_scale.varies", "fsdp_scale.evaluate", "fsdp_scale_report.family",
-                    "fsdp_scale.width_factor", "fsdp_scale.width_train",
-                    "fsdp_scale.fit_kappa", "fsdp_width.h0", "fsdp_width.factor",
-                    "fsdp_width.elementwise_bytes", "fsdp_width.bytes_ratio",
-                    "fsdp_scale_report.build",
-                    "fsdp_scale_report.why", "fsdp_scale_report.summary_row",
-                    "fsdp_scale_report.markdown", "fsdp_scale_report.console")},
-    **{f"dpsim.sim.collectives.protocols.{name}": "NCCL's protocol tables, read by "
-                                              "nccl.time_terms after it checks its arguments; "
-                                              "fuzzed through it"
-       for name in ("protocols_for", "bandwidth_factor", "nccl_latency_us",
-                    "tree_correction")},
-    "dpsim.sim.strategies.single.SingleStrategy": _STRATEGY,
-
-    "dpsim.sim.strategies.dp.DPStrategy": _STRATEGY,
-    "dpsim.sim.strategies.ddp.DDPStrategy": _STRATEGY,
-    "dpsim.sim.strategies.fsdp.FSDPStrategy": _STRATEGY,
-    "dpsim.sim.strategies.hsdp.HSDPStrategy": _STRATEGY,
-    "dpsim.sim.strategies.hsdp.HSDPTraffic": _RESULT,
-    "dpsim.sim.cost.gil_limits.simulation_steps":
-        "the cost estimate simulate and schedule check "
-        "first; fuzzed through them",
-
-    "dpsim.sim.cost.gil_limits.check_steps":
-        "the cost check simulate and schedule run first; fuzzed "
-        "through them",
-    "dpsim.sim.cost.gil_limits.check_threads": "the check schedule runs first; fuzzed through it",
-    "dpsim.sim.collectives.ring.chunk_sizes": "the sizes behind chunk_bounds; fuzzed through it",
-    "dpsim.widgets.dp_explorer.check_setting": "the check explore and render run first; "
-                                               "fuzzed through them",
-    "dpsim.widgets.strategy_dashboard.check_model": "the check StrategyExplorer.render runs "
-                                                    "first; fuzzed through it",
-    "dpsim.widgets.strategy_dashboard.model_choices": "lists the dashboard's model names",
-    "dpsim.widgets.strategy_dashboard.own_workload": "runs a learner's torch module; the "
-                                                     "simulator's fuzz starts no torch model",
-    "dpsim.sim.strategies.registry.register": "changes the registry every later call reads",
-    "dpsim.sim.strategies.registry.unregister": "changes the registry every later call reads",
-    "dpsim.widgets.memory_explorer.memory_explorer": _BUILDER,
-    "dpsim.widgets.collectives_explorer.collectives_explorer": _BUILDER,
-    "dpsim.widgets.ddp_explorer.ddp_explorer": _BUILDER,
-    "dpsim.widgets.dp_explorer.dp_explorer": _BUILDER,
-    "dpsim.widgets.strategy_dashboard.strategy_dashboard": _BUILDER,
-    "dpsim.widgets.zero_explorer.zero_explorer": _BUILDER,
-    "dpsim.widgets.dashboard.dashboard": _BUILDER,
+    "dp_explorer": "builds ipywidgets controls; its explore and render functions are fuzzed",
+    "own_workload": "runs a learner's torch module; the simulator's fuzz starts no torch model",
+    "model_choices": "lists the dashboard's model names; render and curve take the choice",
+    "check_model": "the check StrategyExplorer.render runs first; fuzzed through it",
+    "Unit": "a record build_units makes from a checked FSDPConfig; callers do not build it",
 }
-
-
-@dataclass(frozen=True)
-class Arg:
-    """One argument of a valid call: its name as the caller writes it and a valid value."""
-
-    name: str
-    value: Any
-    kind: str
-    choices: tuple[Any, ...] = ()  # CHOICE / CHOICES: every allowed value
-    optional: bool = False  # None is a valid value
-    extra: tuple[tuple[str, Any], ...] = ()  # (label, invalid value) particular to this one
+# A returned first line with this prefix reports a ValueError (a dashboard shows its errors).
+ERRORS_AS_TEXT = {"StrategyExplorer.render": "cannot simulate this setting: "}
 
 
 @dataclass(frozen=True)
 class EntryPoint:
     """A public callable and a valid call of it (every argument passed by keyword)."""
 
-    name: str  # "hardware.Device", "planner.plan", "widgets.dp_explorer.render", ...
+    name: str  # "dpsim.sim.planner.plan", "dpsim.sim.hardware.Cluster.link_for", ...
     fn: Callable[..., Any]
     args: tuple[Arg, ...] = ()
     then: Callable[[Any], Any] | None = None  # run on the result (a config -> its simulation)
-    skip: frozenset[str] = field(default_factory=frozenset)  # result fields of caller data
-    errors_as_text: str = ""  # a returned first line with this prefix reports a ValueError
+    errors_as_text: str = ""
     text: bool = False  # also look for nan, inf, negative numbers in returned strings
+    problem: str = ""  # why no valid call was found ("" when one was)
 
     def call(self, **overrides: Any) -> Any:
         """Call with the valid arguments, `overrides` replacing some; then `then`."""
@@ -211,87 +83,279 @@ class EntryPoint:
         return next(a for a in self.args if a.name == name)
 
 
-def discover(modules: tuple[str, ...] = SIMULATOR_MODULES + WIDGET_MODULES) -> list[str]:
-    """Public functions and classes each module defines
-    ("dpsim.sim.cost.memory.model_state_bytes")."""
-    found = []
-    for module_name in modules:
-        module = importlib.import_module(module_name)
-        for name, obj in vars(module).items():
-            if name.startswith("_") or getattr(obj, "__module__", None) != module_name:
-                continue
-            if inspect.isfunction(obj) or inspect.isclass(obj):
-                found.append(f"{module_name}.{name}")
+# --- which names are the boundary ------------------------------------------------------------
+
+def _modules(package: str) -> Iterator[Any]:
+    root = importlib.import_module(package)
+    yield root
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        if not any(info.name.startswith(p) for p in LEFT_OUT):
+            yield importlib.import_module(info.name)
+
+
+def _defined(module: Any) -> Iterator[tuple[str, Any]]:
+    for name, obj in vars(module).items():
+        if (not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
+                and (inspect.isfunction(obj) or inspect.isclass(obj))):
+            yield name, obj
+
+
+def _notebook_imports() -> set[tuple[str, str]]:
+    """(module, name) of every `from dpsim.sim... import name` in notebooks and solutions."""
+    found = set()
+    for folder in NOTEBOOK_DIRS:
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+            for cell in cells:
+                if cell["cell_type"] != "code":
+                    continue
+                lines = "".join(cell["source"]).splitlines()
+                source = "\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!")))
+                try:
+                    tree = ast.parse(source)
+                except SyntaxError:
+                    continue
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                            "dpsim.sim"):
+                        found |= {(node.module or "", a.name) for a in node.names}
     return found
 
 
-def integer(name: str, value: Any, **kw: Any) -> Arg:
-    """An INT argument."""
-    return Arg(name, value, INT, **kw)
+def _is_strategy(cls: type) -> bool:
+    return all(callable(getattr(cls, m, None)) for m in ("simulate", "step_result"))
 
 
-def real(name: str, value: Any, **kw: Any) -> Arg:
-    """A FLOAT argument."""
-    return Arg(name, value, FLOAT, **kw)
+def _is_record(obj: Any) -> bool:
+    """A dataclass that does not check itself: a result the library builds."""
+    return dataclasses.is_dataclass(obj) and "__post_init__" not in vars(obj)
 
 
-def choice(name: str, value: Any, choices: Any, **kw: Any) -> Arg:
-    """A CHOICE argument: one of `choices`."""
-    return Arg(name, value, CHOICE, tuple(choices), **kw)
+def _checks_itself(cls: type) -> bool:
+    return dataclasses.is_dataclass(cls) and "__post_init__" in vars(cls)
 
 
-def flag(name: str, value: bool) -> Arg:
-    """A BOOL argument."""
-    return Arg(name, value, BOOL)
+def _builds_widgets(fn: Any) -> bool:
+    hint = inspect.signature(fn).return_annotation
+    return "widgets." in str(hint) or "ipywidgets" in str(getattr(hint, "__module__", ""))
 
 
-def obj(name: str, value: Any, **kw: Any) -> Arg:
-    """An OBJECT argument."""
-    return Arg(name, value, OBJECT, **kw)
-
-
-def label(name: str, value: str) -> Arg:
-    """A NAME argument: free text."""
-    return Arg(name, value, NAME)
-
-
-def covers(entry_name: str, discovered: str) -> bool:
-    """True when the entry point "memory.model_state_bytes" (or a method "hardware.Cluster.
-    link_for") covers the discovered name "dpsim.sim.cost.memory.model_state_bytes"
-    ("...Cluster")."""
-    head, _, rest = entry_name.partition(".")
-    full = f"{MODULES.get(head, 'dpsim.' + head)}.{rest}"
-    return full == discovered or full.startswith(f"{discovered}.")
-
-
-# The table's short module names -> their dotted modules in the package.
-MODULES = {
-    **{m: f"dpsim.sim.{m}" for m in ("validation", "trace", "workload", "planner", "hardware",
-                                    "collectives", "strategies", "fidelity")},
-    **{m: f"dpsim.sim.cost.{m}" for m in ("compute", "compute_contention", "memory", "precision",
-                                         "zero_partition", "fsdp_shards", "gil", "gil_limits")},
-    "gpu_specs": "dpsim.sim.hardware.gpu_specs",
-    "cluster_presets": "dpsim.sim.hardware.presets",
-}
-
-
-@cache
-def entry_points(widgets: bool = True) -> tuple[EntryPoint, ...]:
-    """Every entry point of the simulator wing (and of the widgets), in module order."""
-    from benchmarks.api_table import simulator_entry_points
-
-    out = simulator_entry_points()
-    if widgets:
-        from benchmarks.api_table_widgets import widget_entry_points
-
-        out += widget_entry_points()
+@functools.cache
+def boundary(widgets: bool = True) -> dict[str, Any]:
+    """Every boundary name ("module.qualname") -> its function or class, in walk order
+    (the simulator's, then the widgets' unless `widgets` is False)."""
+    out: dict[str, Any] = {}
+    imported = _notebook_imports()
+    for module in _modules("dpsim.sim"):
+        planner = module.__name__.rsplit(".", 1)[-1] == "planner"
+        for name, obj in _defined(module):
+            if (module.__name__, name) in imported or (planner and inspect.isfunction(obj)) or (
+                    inspect.isclass(obj) and _checks_itself(obj) and not _is_strategy(obj)):
+                out[f"{module.__name__}.{name}"] = obj
+    for module_name, name in sorted(imported):  # re-exported names: where they are defined
+        if not any(module_name.startswith(p) for p in LEFT_OUT):
+            obj = getattr(importlib.import_module(module_name), name)
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                out.setdefault(f"{obj.__module__}.{obj.__qualname__}", obj)
+    for module in _modules("dpsim.widgets") if widgets else ():
+        out |= {f"{module.__name__}.{name}": obj for name, obj in _defined(module)
+                if not _is_record(obj)}
     return out
 
 
-def entry_point(name: str) -> EntryPoint:
-    """The simulator entry point called `name` (e.g. "planner.plan")."""
-    for entry in entry_points(widgets=False):
-        if entry.name == name:
+def _skip_reason(qualname: str, obj: Any) -> str | None:
+    if qualname in SKIPPED:
+        return SKIPPED[qualname]
+    if inspect.isclass(obj) and _is_strategy(obj):
+        return "a strategy: its simulate and step_result are fuzzed through the registry"
+    if inspect.isfunction(obj) and _builds_widgets(obj):
+        return "builds ipywidgets controls; its explore/render functions are fuzzed"
+    return None
+
+
+def skipped(widgets: bool = True) -> dict[str, str]:
+    """Boundary names left out, with why."""
+    return {name: reason for name, obj in boundary(widgets).items()
+            if (reason := _skip_reason(obj.__qualname__, obj)) is not None}
+
+
+# --- one valid call of each -------------------------------------------------------------------
+
+def _derived_args(fn: Any, module: str, hints_of: Any) -> tuple[list[Arg], str]:
+    try:
+        hints = typing.get_type_hints(hints_of)
+        params = inspect.signature(fn).parameters
+    except (NameError, TypeError, ValueError) as err:
+        return [], f"signature not readable: {err}"
+    args = []
+    for p in params.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name == "self":
+            continue
+        factory = p.default is not p.empty and type(p.default).__name__.startswith("_HAS_")
+        default = empty() if p.default is p.empty or factory else p.default
+        arg = derive_arg(module, p.name, hints.get(p.name, Any), default)
+        if arg is None or not arg.candidates:
+            if p.default is p.empty:
+                return [], f"no value derived for {p.name}: {hints.get(p.name)}"
+            continue  # a parameter with a default the fuzz cannot vary: left at its default
+        args.append(arg.at(0))
+    return args, ""
+
+
+def _search(fn: Callable[..., Any], args: list[Arg], then: Callable[[Any], Any] | None,
+            errors_as_text: str = "") -> tuple[tuple[Arg, ...], str]:
+    """The arguments of a valid call (see the module's docstring), or a problem."""
+    index = dict.fromkeys((a.name for a in args), 0)
+    for _ in range(REPAIRS):
+        chosen = tuple(a.at(index[a.name]) for a in args)
+        kwargs = {a.name: a.value for a in chosen}
+        outcome = call_bounded(functools.partial(_run, fn, kwargs, then), BASE_SECONDS)
+        text = outcome.result
+        if isinstance(text, tuple | list):
+            text = text[0] if text else None
+        if errors_as_text and isinstance(text, str) and text.startswith(errors_as_text):
+            outcome = dataclasses.replace(outcome, status="raised",
+                                          error=ValueError(text[len(errors_as_text):]))
+        if outcome.status == "returned":
+            return chosen, ""
+        message = f"{type(outcome.error).__name__}: {outcome.error}"
+        if not isinstance(outcome.error, ValueError):
+            return chosen, message
+        named = sorted(((m.start(), a) for a in args
+                        if (m := re.search(rf"(?<![\w.]){re.escape(a.name)}[=\[]", message))),
+                       key=lambda pair: pair[0])
+        told = _first_allowed(message)
+        if named and told is not None and told not in named[0][1].candidates:
+            first = named[0][1]  # the boundary says what it allows: try that next
+            args[args.index(first)] = first = dataclasses.replace(
+                first, candidates=(*first.candidates[:index[first.name] + 1], told,
+                                   *first.candidates[index[first.name] + 1:]))
+        current = {a.name: a for a in args}
+        movable = [current[a.name] for _, a in named
+                   if index[a.name] + 1 < len(current[a.name].candidates)]
+        if not movable:
+            return chosen, message
+        index[min(movable, key=lambda a: index[a.name]).name] += 1  # the least moved first
+    return tuple(a.at(index[a.name]) for a in args), f"no valid call in {REPAIRS} tries"
+
+
+def _first_allowed(message: str) -> str | None:
+    """The first quoted value after "allowed:" in a ValueError's message."""
+    match = re.search(r"allowed: '([^']*)'", message)
+    return None if match is None else match.group(1)
+
+
+def _run(fn: Callable[..., Any], kwargs: dict[str, Any],
+         then: Callable[[Any], Any] | None) -> Any:
+    result = fn(**kwargs)
+    return result if then is None else then(result)
+
+
+def _simulation_of(cls: type) -> Callable[[Any], Any] | None:
+    """For a strategy's config class: the simulation and step result of a config."""
+    from dpsim.sim.strategies.registry import get_strategy, names
+
+    for name in names():
+        strategy = get_strategy(name)
+        if strategy.config_type is cls:
+            def then(config: Any, s: Any = strategy) -> Any:
+                trace = s.simulate(api_args.objects_of_name("Workload"),
+                                   api_args.objects_of_name("Cluster"), config)
+                return s.step_result(trace)
+
+            return then
+    return None
+
+
+def _entry(name: str, fn: Callable[..., Any], module: str, hints_of: Any, qualname: str,
+           then: Callable[[Any], Any] | None = None) -> EntryPoint:
+    args, problem = _derived_args(fn, module, hints_of)
+    errors_as_text = ERRORS_AS_TEXT.get(qualname, "")
+    if not problem:
+        found, problem = _search(fn, args, then, errors_as_text)
+        args = list(found)
+    return EntryPoint(name, fn, tuple(args), then, errors_as_text,
+                      text=module.startswith("dpsim.widgets"), problem=problem)
+
+
+def _class_entries(name: str, cls: type) -> list[EntryPoint]:
+    hints_of = cls if dataclasses.is_dataclass(cls) else vars(cls).get("__init__", cls)
+    made = _entry(name, cls, cls.__module__, hints_of, cls.__qualname__,
+                  _simulation_of(cls))
+    out = [made]
+    if made.problem:
+        return out
+
+    def fresh() -> Any:
+        return copy.deepcopy(api_args.objects_of(cls)[0])
+
+    for meth_name, member in list(vars(cls).items()):
+        if meth_name.startswith("_"):
+            continue
+        if isinstance(member, classmethod):
+            out.append(_entry(f"{name}.{meth_name}", getattr(cls, meth_name), cls.__module__,
+                              member.__func__, f"{cls.__qualname__}.{meth_name}"))
+        elif inspect.isfunction(member):
+            def call(__m: str = meth_name, **kw: Any) -> Any:
+                return getattr(fresh(), __m)(**kw)
+
+            call.__signature__ = inspect.signature(member)  # type: ignore[attr-defined]
+            out.append(_entry(f"{name}.{meth_name}", call, cls.__module__, member,
+                              f"{cls.__qualname__}.{meth_name}"))
+    return out
+
+
+def _registry_entries() -> list[EntryPoint]:
+    from dpsim.sim.strategies.registry import get_strategy, names
+
+    out = []
+    for name in names():
+        strategy = get_strategy(name)
+        for member in ("simulate", "step_result"):
+            fn = getattr(strategy, member)
+            out.append(_entry(f"registry[{name!r}].{member}", fn, type(strategy).__module__,
+                              fn, f"{type(strategy).__qualname__}.{member}"))
+    return out
+
+
+@functools.cache
+def entry_points(widgets: bool = True) -> tuple[EntryPoint, ...]:
+    """Every boundary entry point with its derived valid call, in walk order (the widgets'
+    too unless `widgets` is False)."""
+    classes: list[Any] = [o for o in boundary(widgets).values() if inspect.isclass(o)]
+    for cls in classes:
+        api_args.BUILDERS.setdefault(cls, functools.partial(_built, cls))
+    out: list[EntryPoint] = []
+    for name, obj in boundary(widgets).items():
+        if _skip_reason(obj.__qualname__, obj) is not None:
+            continue
+        if inspect.isclass(obj):
+            out += _class_entries(name, obj)
+        else:
+            out.append(_entry(name, obj, obj.__module__, obj, obj.__qualname__))
+    return tuple(out + _registry_entries())
+
+
+@functools.cache
+def _built(cls: Any) -> tuple[Any, ...]:
+    """A valid instance of a boundary class, from its derived arguments (none if not found)."""
+    hints_of = cls if dataclasses.is_dataclass(cls) else vars(cls).get("__init__", cls)
+    entry = _entry(cls.__qualname__, cls, cls.__module__, hints_of, cls.__qualname__)
+    return () if entry.problem else (entry.fn(**{a.name: a.value for a in entry.args}),)
+
+
+def entry_for(fn: Callable[..., Any], name: str = "") -> EntryPoint:
+    """The entry point of any function or class, its valid call derived (a new public
+    function needs nothing else)."""
+    if inspect.isclass(fn):
+        return _class_entries(name or fn.__qualname__, fn)[0]
+    return _entry(name or fn.__qualname__, fn, fn.__module__, fn, fn.__qualname__)
+
+
+def entry_point(name: str, widgets: bool = False) -> EntryPoint:
+    """The entry point called `name`, or the one whose name ends with `.name`."""
+    for entry in entry_points(widgets):
+        if entry.name == name or entry.name.endswith("." + name):
             return entry
     raise ValueError(f"name={name!r} is not an entry point; allowed: "
-                     f"{', '.join(e.name for e in entry_points(widgets=False))}")
+                     f"{', '.join(e.name for e in entry_points(widgets))}")

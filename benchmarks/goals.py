@@ -19,18 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dpsim.sim.fidelity.goals import goal
 from dpsim.sim.fidelity.goals import goals as fidelity_goals
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def goal(text: str, value: float, target: float, unit: str, better: str, decided_by: str,
-         median: float, worst: float, worst_config: Any) -> dict[str, Any]:
-    """One goal; `better` is "lower" or "higher", `decided_by` "median" or "worst"."""
-    met = value <= target if better == "lower" else value >= target
-    return {"goal": text, "value": value, "unit": unit, "target": target, "better": better,
-            "decided_by": decided_by, "goal_met": bool(met), "median": median,
-            "worst": {"value": worst, "config": worst_config}}
 
 
 def _collectives(r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -81,7 +73,7 @@ def _fuzz(r: dict[str, Any]) -> list[dict[str, Any]]:
                  r["garbage"], {}),
             goal("every valid base call accepted", len(r["base_failures"]), 0, "calls", "lower",
                  "worst", len(r["base_failures"]), len(r["base_failures"]), {}),
-            goal("every public name in the fuzz table or SKIPPED",
+            goal("every boundary name has a derived valid call, or a reason to skip",
                  len(r["coverage"]["uncovered"]), 0, "names", "lower", "worst",
                  len(r["coverage"]["uncovered"]), len(r["coverage"]["uncovered"]),
                  {"uncovered": r["coverage"]["uncovered"]})]
@@ -193,6 +185,25 @@ def readme_table() -> str:
     return "\n".join(rows)
 
 
+def dumps(result: dict[str, Any]) -> str:
+    """JSON with one line per list item of dicts and per key of `per_entry_point` (the fuzz's
+    file stays readable in a diff)."""
+    parts = []
+    for key, value in result.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            rows = [json.dumps(v, default=str) for v in value]
+            body, brackets = ",\n    ".join(rows), "[]"
+        elif key == "per_entry_point":
+            rows = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in value.items()]
+            body, brackets = ",\n    ".join(rows), "{}"
+        else:
+            parts.append(f"  {json.dumps(key)}: "
+                         + json.dumps(value, indent=2, default=str).replace("\n", "\n  "))
+            continue
+        parts.append(f"  {json.dumps(key)}: {brackets[0]}\n    {body}\n  {brackets[1]}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
 def main() -> None:
     """Re-derive the goals of every results file from its recorded numbers."""
     for path in sorted(RESULTS.glob("*.json")):
@@ -200,8 +211,6 @@ def main() -> None:
         name = result.get("benchmark") or path.stem
         stamp(result, name)
         if name == "fuzz_api":
-            from benchmarks.fuzz_api import dumps
-
             path.write_text(dumps(result), encoding="utf-8")
         else:
             path.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,6 +1,7 @@
-"""The validation's goals in the shape every benchmarks/results file uses.
+"""Goals in the shape every results file uses (validation.json and benchmarks/results),
+and the validation's goals.
 
-One dict per goal: {goal, value, unit, target, better, decided_by, goal_met, median,
+One dict per goal (`goal`): {goal, value, unit, target, better, decided_by, goal_met, median,
 worst: {value, config}}; `value` is the number the goal is judged on (the median for a
 goal about the median, the worst point for a goal about every point).
 """
@@ -17,11 +18,22 @@ ZERO_PAPER_EVERY = 0.01  # ZeRO paper Tables 1-2: every cell, beyond the printed
 FSDP_SCALE_EVERY = 0.20  # FSDP/ZeRO-3 throughput, every held-out point
 
 
+def goal(text: str, value: float, target: float, unit: str, better: str, decided_by: str,
+         median: float, worst: float, worst_config: Any) -> dict[str, Any]:
+    """One goal; `better` is "lower" or "higher", `decided_by` "median" or "worst".
+
+    The one definition of a goal's shape: validation.json and every benchmarks/results file.
+    """
+    met = value <= target if better == "lower" else value >= target
+    return {"goal": text, "value": value, "unit": unit, "target": target, "better": better,
+            "decided_by": decided_by, "goal_met": bool(met), "median": median,
+            "worst": {"value": worst, "config": worst_config}}
+
+
 def _goal(text: str, value: float, target: float, decided_by: str, median: float,
           worst: float, config: dict[str, Any]) -> dict[str, Any]:
-    return {"goal": text, "value": value, "unit": "fraction", "target": target,
-            "better": "lower", "decided_by": decided_by, "goal_met": bool(value <= target),
-            "median": median, "worst": {"value": worst, "config": config}}
+    """A validation goal: a relative error, lower is better."""
+    return goal(text, value, target, "fraction", "lower", decided_by, median, worst, config)
 
 
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
