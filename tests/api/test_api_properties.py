@@ -112,7 +112,7 @@ def test_every_boundary_name_gets_a_valid_call_or_a_reason() -> None:
     names = {e.name for e in entry_points()}
     for wanted in ("planner.plan", "planner.scaling_curve", "planner.crossover",
                    "planner.summary_table", "registry['ddp'].simulate",
-                   "registry['fsdp'].step_result", "hardware.Cluster", "workload.Workload",
+                   "registry['fsdp'].step_result", "hardware.cluster.Cluster", "workload.Workload",
                    "widgets.strategy_dashboard.StrategyExplorer.render"):
         assert any(n.endswith(wanted) for n in names), wanted
 
