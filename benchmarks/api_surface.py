@@ -43,13 +43,12 @@ SIMULATOR_MODULES = (
     "dpsim.sim.collectives.ring",
     "dpsim.sim.collectives.schedule", "dpsim.sim.collectives.fit", "dpsim.sim.collectives.series",
     "dpsim.sim.strategies.base", "dpsim.sim.strategies.single",
-    "dpsim.sim.strategies.dp_closed_form",
     "dpsim.sim.strategies.dp", "dpsim.sim.strategies.ddp", "dpsim.sim.strategies.fsdp",
-    "dpsim.sim.strategies.fsdp_units", "dpsim.sim.strategies.registry", "dpsim.sim.planner",
+    "dpsim.sim.strategies.registry", "dpsim.sim.planner",
     "dpsim.sim.collectives.nccl", "dpsim.sim.hardware.gpu_specs", "dpsim.sim.fidelity.collectives",
     "dpsim.sim.fidelity.memory", "dpsim.sim.fidelity.report", "dpsim.sim.fidelity.ddp",
     "dpsim.sim.cost.precision", "dpsim.sim.cost.zero_partition", "dpsim.sim.strategies.knobs",
-    "dpsim.sim.strategies.hsdp", "dpsim.sim.fidelity.resnet_scaling",
+    "dpsim.sim.strategies.fsdp.hsdp", "dpsim.sim.fidelity.resnet_scaling",
     "dpsim.sim.fidelity.zero_paper",
     "dpsim.sim.fidelity.input_pipeline", "dpsim.sim.fidelity.resnet_scaling_report",
     "dpsim.sim.fidelity.fsdp_scale", "dpsim.sim.fidelity.fsdp_scale_report",
@@ -79,7 +78,7 @@ SKIPPED: dict[str, str] = {
     "dpsim.sim.collectives.schedule.Round": _RESULT, "dpsim.sim.strategies.ddp.Bucket": _RESULT,
 
     "dpsim.sim.strategies.ddp.ScalingPoint": _RESULT,
-    "dpsim.sim.strategies.fsdp_units.Unit": _RESULT,
+    "dpsim.sim.strategies.fsdp.Unit": _RESULT,
     "dpsim.sim.strategies.dp.DPSummary": _RESULT, "dpsim.sim.strategies.fsdp.FSDPSummary": _RESULT,
     "dpsim.sim.strategies.single.SingleSummary": _RESULT,
 
@@ -87,7 +86,15 @@ SKIPPED: dict[str, str] = {
     "dpsim.sim.strategies.base.CrossoverTerms": _RESULT,
     "dpsim.widgets.collectives_explorer.Estimate": _RESULT,
     "dpsim.widgets.collectives_explorer.Preset": _RESULT,
-    "dpsim.sim.strategies.base.Strategy": "a Protocol: the registry checks implementations",
+    "dpsim.sim.strategies.base.Strategy": "the base class: the registry checks subclasses",
+    "dpsim.sim.trace.SimState": "the base of a simulator's typed state; simulate builds it",
+    "dpsim.sim.strategies.dp.DPState": _RESULT, "dpsim.sim.strategies.ddp.DDPState": _RESULT,
+    "dpsim.sim.strategies.fsdp.FSDPState": _RESULT,
+    "dpsim.sim.strategies.fsdp.hsdp.HSDPState": _RESULT,
+    "dpsim.sim.strategies.single.SingleState": _RESULT,
+    "dpsim.sim.strategies.fsdp.FSDPStep": "the event loop fsdp.simulate runs; fuzzed through it",
+    "dpsim.sim.strategies.fsdp.hsdp.HSDPStep": "the event loop hsdp.simulate runs; fuzzed "
+                                               "through it",
     "dpsim.sim.collectives.nccl.ModelParams": "the model's constants, built by the fitter; "
                                           "every field is a number the fit sets",
     "dpsim.sim.collectives.params.ModelParams": "the model's constants, built by the fitter; "
@@ -146,8 +153,8 @@ SKIPPED: dict[str, str] = {
     "dpsim.sim.strategies.dp.DPStrategy": _STRATEGY,
     "dpsim.sim.strategies.ddp.DDPStrategy": _STRATEGY,
     "dpsim.sim.strategies.fsdp.FSDPStrategy": _STRATEGY,
-    "dpsim.sim.strategies.hsdp.HSDPStrategy": _STRATEGY,
-    "dpsim.sim.strategies.hsdp.HSDPTraffic": _RESULT,
+    "dpsim.sim.strategies.fsdp.hsdp.HSDPStrategy": _STRATEGY,
+    "dpsim.sim.strategies.fsdp.hsdp.HSDPTraffic": _RESULT,
     "dpsim.sim.cost.gil_limits.simulation_steps":
         "the cost estimate simulate and schedule check "
         "first; fuzzed through them",
@@ -212,13 +219,17 @@ class EntryPoint:
 
 
 def discover(modules: tuple[str, ...] = SIMULATOR_MODULES + WIDGET_MODULES) -> list[str]:
-    """Public functions and classes each module defines
-    ("dpsim.sim.cost.memory.model_state_bytes")."""
+    """Public functions and classes each module defines, or a package's `__all__` names
+    from its own modules ("dpsim.sim.cost.memory.model_state_bytes")."""
     found = []
     for module_name in modules:
         module = importlib.import_module(module_name)
+        exported = getattr(module, "__all__", None)
         for name, obj in vars(module).items():
-            if name.startswith("_") or getattr(obj, "__module__", None) != module_name:
+            home = getattr(obj, "__module__", None) or ""
+            if name.startswith("_") or not (home == module_name or (
+                    exported is not None and name in exported
+                    and home.startswith(f"{module_name}."))):
                 continue
             if inspect.isfunction(obj) or inspect.isclass(obj):
                 found.append(f"{module_name}.{name}")

@@ -31,7 +31,7 @@ from benchmarks.api_surface import (
 from dpsim.sim import hardware, planner, trace, workload
 from dpsim.sim.collectives import cost, fit, ring, schedule, series
 from dpsim.sim.cost import compute, compute_contention, fsdp_shards, gil, memory
-from dpsim.sim.strategies import base, ddp, dp, dp_closed_form, fsdp, single
+from dpsim.sim.strategies import base, ddp, dp, fsdp, single
 
 DTYPES = tuple(workload.DTYPE_BYTES)
 NAN, INF = math.nan, math.inf
@@ -42,7 +42,7 @@ NVLINK = hardware.NVLINK4
 NODE = hardware.get_cluster("h100-node")
 IB4 = hardware.get_cluster("h100-ib-4")
 SINGLE_TRACE = single.simulate(TINY, H100, single.SingleConfig(8))
-DP_TRACE = dp.simulate(TINY, NODE, dp_closed_form.DPConfig(4, 32))
+DP_TRACE = dp.simulate(TINY, NODE, dp.DPConfig(4, 32))
 DDP_TRACE = ddp.simulate(TINY, NODE, ddp.DDPConfig(8))
 FSDP_TRACE = fsdp.simulate(TINY, NODE, fsdp.FSDPConfig(8))
 ROUNDS = tuple(schedule.schedule("all_reduce", 4096, 4))

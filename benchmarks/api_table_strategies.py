@@ -40,17 +40,8 @@ from benchmarks.api_table import (
 from dpsim.sim import planner
 from dpsim.sim.collectives.cost import ALGORITHMS
 from dpsim.sim.cost.memory import PRECISIONS, ZERO_STAGES
-from dpsim.sim.strategies import (
-    base,
-    ddp,
-    dp,
-    dp_closed_form,
-    fsdp,
-    fsdp_units,
-    hsdp,
-    registry,
-    single,
-)
+from dpsim.sim.strategies import base, ddp, dp, fsdp, registry, single
+from dpsim.sim.strategies.fsdp import hsdp
 from dpsim.sim.workload import PRESETS
 
 ALGO = choice("algorithm", "ring", ALGORITHMS)
@@ -62,7 +53,7 @@ def _then_single(cfg: single.SingleConfig) -> Any:
     return single.step_result(t), single.summary(t)
 
 
-def _then_dp(cfg: dp_closed_form.DPConfig) -> Any:
+def _then_dp(cfg: dp.DPConfig) -> Any:
     t = dp.simulate(TINY, NODE, cfg)
     return dp.step_result(t), dp.summary(t)
 
@@ -86,20 +77,20 @@ HSDP_TRACE = hsdp.simulate(TINY, NODE, hsdp.HSDPConfig(8, shard_size=4))
 
 def _hsdp() -> tuple[EntryPoint, ...]:
     return (
-        EntryPoint("strategies.hsdp.HSDPConfig", hsdp.HSDPConfig, (
+        EntryPoint("strategies.fsdp.hsdp.HSDPConfig", hsdp.HSDPConfig, (
             integer("batch_size", 8), integer("shard_size", 4),
             choice("precision", "mixed", PRECISIONS), OPT, flag("reshard_after_forward", True),
             integer("layers_per_unit", 1), ALGO), then=_then_hsdp),
-        EntryPoint("strategies.hsdp.hsdp_traffic", hsdp.hsdp_traffic, (
+        EntryPoint("strategies.fsdp.hsdp.hsdp_traffic", hsdp.hsdp_traffic, (
             integer("n_params", 10**6), integer("world_size", 8), integer("shard_size", 4),
             integer("bytes_per_param", 2), flag("reshard_after_forward", True))),
-        EntryPoint("strategies.hsdp.require_shard_size", hsdp.require_shard_size, (
+        EntryPoint("strategies.fsdp.hsdp.require_shard_size", hsdp.require_shard_size, (
             integer("shard_size", 4), integer("world_size", 8))),
-        EntryPoint("strategies.hsdp.simulate", hsdp.simulate,
+        EntryPoint("strategies.fsdp.hsdp.simulate", hsdp.simulate,
                    (WL, CL, obj("config", hsdp.HSDPConfig(8, shard_size=4)))),
-        EntryPoint("strategies.hsdp.step_result", hsdp.step_result,
+        EntryPoint("strategies.fsdp.hsdp.step_result", hsdp.step_result,
                    (trace_arg("trace", HSDP_TRACE),)),
-        EntryPoint("strategies.hsdp.traffic_of", hsdp.traffic_of,
+        EntryPoint("strategies.fsdp.hsdp.traffic_of", hsdp.traffic_of,
                    (trace_arg("trace", HSDP_TRACE),)),
     )
 
@@ -130,27 +121,27 @@ def _base_single() -> tuple[EntryPoint, ...]:
 
 
 def _dp() -> tuple[EntryPoint, ...]:
-    m = dp_closed_form
+    m = dp
     cfg = obj("config", m.DPConfig(4, 32))
     return (
-        EntryPoint("strategies.dp_closed_form.DPConfig", m.DPConfig, (
+        EntryPoint("strategies.dp.DPConfig", m.DPConfig, (
             integer("n_devices", 4), integer("batch_size", 32), OPT,
             choice("dtype", "fp32", DTYPES), choice("input_on", "device0", m.INPUT_PLACES),
             real("python_op_us", 2.0, optional=True, extra=(("above_device_overhead", 10.0),)),
             real("op_gil_share", 0.6), real("replicate_us_per_module", 20.0),
             real("thread_start_us", 60.0)), then=_then_dp),
-        EntryPoint("strategies.dp_closed_form.with_output_features", m.with_output_features,
+        EntryPoint("strategies.dp.with_output_features", m.with_output_features,
                    (WL, integer("out_features", 10))),
-        EntryPoint("strategies.dp_closed_form.scatter_sizes", m.scatter_sizes,
+        EntryPoint("strategies.dp.scatter_sizes", m.scatter_sizes,
                    (integer("batch_size", 10), integer("n_devices", 4))),
-        EntryPoint("strategies.dp_closed_form.device_batch_sizes", m.device_batch_sizes,
+        EntryPoint("strategies.dp.device_batch_sizes", m.device_batch_sizes,
                    (integer("batch_size", 10), integer("n_devices", 4))),
-        EntryPoint("strategies.dp_closed_form.dtype_scale", m.dtype_scale,
+        EntryPoint("strategies.dp.dtype_scale", m.dtype_scale,
                    (WL, choice("dtype", "fp32", DTYPES))),
-        EntryPoint("strategies.dp_closed_form.activation_bytes_per_layer",
+        EntryPoint("strategies.dp.activation_bytes_per_layer",
                    m.activation_bytes_per_layer, (WL, choice("dtype", "fp32", DTYPES))),
-        EntryPoint("strategies.dp_closed_form.bytes_at_loss", m.bytes_at_loss, (WL, cfg)),
-        EntryPoint("strategies.dp_closed_form.device0_extra_bytes", m.device0_extra_bytes,
+        EntryPoint("strategies.dp.bytes_at_loss", m.bytes_at_loss, (WL, cfg)),
+        EntryPoint("strategies.dp.device0_extra_bytes", m.device0_extra_bytes,
                    (WL, cfg)),
         EntryPoint("strategies.dp.simulate", dp.simulate, (WL, CL, cfg)),
         EntryPoint("strategies.dp.step_result", dp.step_result, (trace_arg("trace", DP_TRACE),)),
@@ -219,7 +210,7 @@ def _fsdp() -> tuple[EntryPoint, ...]:
         EntryPoint("strategies.fsdp.step_result", fsdp.step_result,
                    (trace_arg("trace", FSDP_TRACE),)),
         EntryPoint("strategies.fsdp.summary", fsdp.summary, (trace_arg("trace", FSDP_TRACE),)),
-        EntryPoint("strategies.fsdp_units.build_units", fsdp_units.build_units, (WL, CL, cfg)),
+        EntryPoint("strategies.fsdp.build_units", fsdp.build_units, (WL, CL, cfg)),
         EntryPoint("strategies.registry.get_strategy", registry.get_strategy,
                    (choice("name", "ddp", registry.names()),)),
         EntryPoint("strategies.registry.names", registry.names),

@@ -41,7 +41,7 @@ REPRESENTATIVE = (
     "workload.transformer", "memory.model_state_bytes", "memory.zero_bytes_per_device",
     "collectives.cost.collective_time_s", "collectives.cost.bytes_sent_per_rank",
     "collectives.ring.chunk_bounds", "gil.GILConfig", "strategies.ddp.DDPConfig",
-    "strategies.fsdp.FSDPConfig", "strategies.dp_closed_form.DPConfig", "planner.plan",
+    "strategies.fsdp.FSDPConfig", "strategies.dp.DPConfig", "planner.plan",
     "planner.crossover_formula", "collectives.nccl.nccl_time_s",
 )
 
