@@ -60,9 +60,7 @@ def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
 
     The first layer's saved input is the batch itself, which DP counts as "input".
     """
-    require_workload(workload, runnable=False)
-    require_choice("dtype", dtype, DTYPE_BYTES)
-    return _saved_per_sample(workload, dtype)
+    return _saved_per_sample(workload, dtype_scale(workload, dtype))  # checks both
 
 
 def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
@@ -95,8 +93,7 @@ def _scale(workload: Workload, dtype: str) -> float:
     return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
 
 
-def _saved_per_sample(workload: Workload, dtype: str) -> list[float]:
-    scale = _scale(workload, dtype)
+def _saved_per_sample(workload: Workload, scale: float) -> list[float]:
     acts = [layer.activation_bytes * scale for layer in workload.layers]
     if acts:
         acts[0] -= min(acts[0], float(workload.input_bytes))
@@ -108,7 +105,7 @@ def _bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]
     sizes = chunks + [0] * (config.n_devices - len(chunks))
     used = len(chunks)
     scale = _scale(workload, config.dtype)
-    act_per_sample = sum(_saved_per_sample(workload, config.dtype))
+    act_per_sample = sum(_saved_per_sample(workload, scale))
     b = config.batch_size
     params = DTYPE_BYTES[config.dtype] * workload.n_params
     rows = []
