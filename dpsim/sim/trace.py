@@ -89,6 +89,15 @@ class MemorySample:
         require_int("nbytes", self.nbytes, 0, MAX_TOTAL_BYTES)
 
 
+@dataclass(frozen=True)
+class SimState:
+    """Base of what a simulator knows about its step beyond events and memory samples.
+
+    A strategy's `simulate` attaches its own frozen subclass to the trace (`Trace.state`)
+    and its `step_result` and summaries read it back, typed. Not serialised by `to_dict`.
+    """
+
+
 @dataclass
 class Trace:
     """Events and memory samples of one run, simulated or measured."""
@@ -96,7 +105,8 @@ class Trace:
     source: str = "simulated"  # one of SOURCES
     events: list[Event] = field(default_factory=list)
     memory: list[MemorySample] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # labels of the run (strategy, workload)
+    state: SimState | None = None  # the simulator's typed state (None: measured or loaded)
 
     def __post_init__(self) -> None:
         require_choice("source", self.source, SOURCES)
@@ -107,6 +117,8 @@ class Trace:
         for i, sample in enumerate(self.memory):
             require_type(f"memory[{i}]", sample, MemorySample)
         require_type("meta", self.meta, dict)
+        if self.state is not None:
+            require_type("state", self.state, SimState)
 
     # --- building ----------------------------------------------------------------------
     def add(self, event: Event) -> Event:
@@ -191,7 +203,7 @@ class Trace:
 
     # --- serialising -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
+        """A JSON-ready dict (without `state`, which only the simulator that made it reads)."""
         return {
             "source": self.source,
             "meta": self.meta,

@@ -26,7 +26,7 @@ from dpsim.sim.strategies.ddp import (
     first_iteration_buckets,
     simulate,
 )
-from dpsim.sim.strategies.ddp_buckets import FIRST_ITERATION_CAP_BYTES
+from dpsim.sim.strategies.ddp.buckets import FIRST_ITERATION_CAP_BYTES
 
 config = pytest.importorskip("torch.nn.parallel.distributed")._BucketCapacityConfig
 

@@ -19,7 +19,8 @@ from dpsim.sim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH
 from dpsim.sim.collectives.nccl import GroupShape, choose, group_shape, nccl_time_s
 from dpsim.sim.hardware import H100_80GB, SHARED_MEMORY, Cluster, Link, get_cluster
 from dpsim.sim.planner import crossover, crossover_formula
-from dpsim.sim.strategies import ddp, hsdp
+from dpsim.sim.strategies import ddp
+from dpsim.sim.strategies.fsdp import hsdp
 from dpsim.sim.workload import get_workload
 from tests.support.links import ring_link_of
 

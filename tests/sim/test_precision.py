@@ -24,7 +24,7 @@ from dpsim.sim.cost.precision import (
 from dpsim.sim.cost.zero_partition import zero1_optimizer_bytes, zero1_partition
 from dpsim.sim.hardware import get_cluster
 from dpsim.sim.planner import plan
-from dpsim.sim.strategies.fsdp import FSDPConfig, simulate
+from dpsim.sim.strategies.fsdp import FSDPConfig, simulate, step_result, summary
 from dpsim.sim.workload import get_workload
 from tests.support.bad_input import raises_naming, wrong
 
@@ -118,12 +118,13 @@ def test_zero1_partition_follows_torch() -> None:
 
 def test_simulated_torch_amp_keeps_fp32_shards_and_gathers_bf16() -> None:
     w, node = get_workload("gpt2-124m"), get_cluster("h100-node")
-    amp = simulate(w, node, FSDPConfig(batch_size=1, precision="torch_amp")).meta
-    mixed = simulate(w, node, FSDPConfig(batch_size=1)).meta
-    assert amp["model_bytes"] == mixed["model_bytes"]  # all-gathers in bf16 in both
-    assert amp["comm_volume_bytes"] > mixed["comm_volume_bytes"]  # fp32 reduce-scatter
-    off = simulate(w, node, FSDPConfig(batch_size=1, offload=True)).meta
-    assert off["peak_bytes"] < mixed["peak_bytes"]
+    amp = summary(simulate(w, node, FSDPConfig(batch_size=1, precision="torch_amp")))
+    mixed_trace = simulate(w, node, FSDPConfig(batch_size=1))
+    mixed = summary(mixed_trace)
+    assert amp.model_bytes == mixed.model_bytes  # all-gathers in bf16 in both
+    assert amp.comm_volume_bytes > mixed.comm_volume_bytes  # fp32 reduce-scatter
+    off = step_result(simulate(w, node, FSDPConfig(batch_size=1, offload=True)))
+    assert off.peak_bytes[0] < step_result(mixed_trace).peak_bytes[0]
 
 
 def test_planner_knobs_and_their_refusals() -> None:

@@ -1,5 +1,5 @@
-"""HSDP (dpsim.sim.strategies.hsdp): the simulated step against the FSDP paper's traffic formulas,
-and its two ends: full sharding (FSDP over every device) and no sharding (DDP-like)."""
+"""HSDP (dpsim.sim.strategies.fsdp.hsdp): the simulated step against the FSDP paper's traffic
+formulas, and its two ends: full sharding (FSDP over every device) and no sharding (DDP-like)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from dpsim.sim.hardware import H100_80GB, INFINIBAND_NDR, NVLINK4, Cluster
 from dpsim.sim.strategies import fsdp
-from dpsim.sim.strategies.hsdp import (
+from dpsim.sim.strategies.fsdp.hsdp import (
     HSDPConfig,
     hsdp_traffic,
     require_shard_size,

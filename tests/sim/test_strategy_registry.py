@@ -8,12 +8,11 @@ from dataclasses import dataclass, fields
 import pytest
 
 from dpsim.sim.cost.compute import step_compute_s
-from dpsim.sim.cost.memory import precision_dtype
 from dpsim.sim.hardware import CLUSTERS, Cluster
 from dpsim.sim.planner import crossover, plan, scaling_curve, summary_table
-from dpsim.sim.strategies.base import Placement, StepResult, Strategy, split_evenly
+from dpsim.sim.strategies.base import Placement, StepResult, Strategy
 from dpsim.sim.strategies.registry import get_strategy, names, register, unregister
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.workload import Workload, get_workload
 
 CLUSTER = CLUSTERS["h100-ib-128"]
@@ -145,36 +144,37 @@ class ToyConfig:
     optimizer: str
 
 
-class FreeCommunication:
-    """Every device computes its share; gradients arrive at no cost (an upper bound)."""
+@dataclass(frozen=True)
+class ToyState(SimState):
+    """What the toy's simulate hands to its step_result."""
+
+    n_devices: int
+    batch_size: int
+
+
+class FreeCommunication(Strategy[ToyConfig]):
+    """Every device computes its share; gradients arrive at no cost (an upper bound).
+
+    Only what a strategy must write: the base class supplies split_batch (an even split),
+    make_config (from ToyConfig's fields), crossover_terms (None) and the planner facts.
+    """
 
     name = "toy"
     label = "toy: free communication"
     placement = Placement("everything", "the batch", "never: it is a test")
     config_type = ToyConfig
-    single_node = False
-    max_devices = None
-
-    def split_batch(self, n_devices: int, global_batch: int) -> int:
-        return split_evenly(n_devices, global_batch)
-
-    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
-                    optimizer: str, precision: str) -> ToyConfig:
-        return ToyConfig(batch_per_device, precision_dtype(precision), optimizer)
 
     def simulate(self, workload: Workload, cluster: Cluster, config: ToyConfig) -> Trace:
         t = step_compute_s(workload, config.batch_size, cluster.device, config.dtype,
                            config.optimizer)
-        trace = Trace("simulated", meta={"n": cluster.world_size, "batch": config.batch_size})
+        trace = Trace("simulated", state=ToyState(cluster.world_size, config.batch_size))
         trace.add(Event(0, "compute", "step", 0.0, t))
         return trace
 
     def step_result(self, trace: Trace) -> StepResult:
-        n, t = trace.meta["n"], trace.end_s
-        return StepResult(t, t, 0.0, 0.0, 0.0, (1,) * n, 0, trace.meta["batch"], n)
-
-    def crossover_terms(self, workload: Workload, dtype: str) -> None:
-        return None
+        assert isinstance(trace.state, ToyState)
+        n, t = trace.state.n_devices, trace.end_s
+        return StepResult(t, t, 0.0, 0.0, 0.0, (1,) * n, 0, trace.state.batch_size, n)
 
 
 @pytest.fixture

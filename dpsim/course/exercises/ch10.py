@@ -2,7 +2,7 @@
 
 Every right answer is computed here with torch itself (an uninterrupted training run;
 `torch.chunk`, the split FSDP2 uses) or, for the traffic formula, with the FSDP paper's
-formulas in `dpsim.sim.strategies.hsdp` (which the learner may not call). Arguments are plain
+formulas in `dpsim.sim.strategies.fsdp.hsdp` (which the learner may not call). Arguments are plain
 data and tensors; answers are plain data.
 """
 
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from dpsim.course.grading.core import Case, exercise
-from dpsim.sim.strategies.hsdp import hsdp_traffic
+from dpsim.sim.strategies.fsdp.hsdp import hsdp_traffic
 
 # --- 10.1 a checkpoint that resumes exactly ------------------------------------------------
 
@@ -105,8 +105,8 @@ def _reshard_cases(rng: random.Random) -> Iterator[Case]:
 
 @exercise("10.3", function="hsdp_bytes_sent",
           title="Bytes one device sends per step along each mesh dimension of HSDP", points=2,
-          forbidden=("dpsim.sim.strategies.hsdp.hsdp_traffic",
-                     "dpsim.sim.strategies.hsdp.traffic_of"))
+          forbidden=("dpsim.sim.strategies.fsdp.hsdp.hsdp_traffic",
+                     "dpsim.sim.strategies.fsdp.hsdp.traffic_of"))
 def _traffic_cases(rng: random.Random) -> Iterator[Case]:
     for world, shard in ((16, 8), (16, 16), (16, 1), (64, 8), (rng.choice([32, 128]), 4)):
         n_params = shard * rng.randint(10**5, 10**7)  # a multiple of the shard size

@@ -25,7 +25,7 @@ from dpsim.runtime.data import classification
 from dpsim.runtime.models import mlp
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.sim.cost.memory import OPTIMIZERS
-from dpsim.sim.strategies.ddp_buckets import MiB
+from dpsim.sim.strategies.ddp.buckets import MiB
 from dpsim.sim.validation import require_choice, require_int, require_range
 
 MODELS = ("mlp", "cnn")

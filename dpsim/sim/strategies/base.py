@@ -1,18 +1,21 @@
-"""What every strategy implements: the `Strategy` protocol and the typed `StepResult`.
+"""What every strategy is: the `Strategy` base class and the typed `StepResult`.
 
 A strategy (single device, DataParallel, DDP, FSDP / ZeRO, ...) simulates one training
-step into a `Trace` and turns its own trace into a `StepResult`; the planner, the figures
-and the dashboards read only that result and the planner-level facts below, so adding a
-strategy means one module implementing this protocol and one line in `registry.py`.
+step into a `Trace` (its private state typed in `Trace.state`) and turns its own trace
+into a `StepResult`; the planner, the figures and the dashboards read only that result
+and the planner-level facts below, so adding a strategy means one `Strategy` subclass
+(its config, `simulate`, `step_result`) and one line in `registry.py`.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Generic, TypeVar
 
+from dpsim.sim.cost.memory import precision_dtype
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.strategies.inputs import require_split
+from dpsim.sim.strategies.inputs import require_make_config, require_split, require_terms
 from dpsim.sim.trace import Trace
 from dpsim.sim.validation import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.workload import Workload
@@ -106,49 +109,55 @@ class CrossoverTerms:
         return -(-self.alpha_terms // LATENCIES_PER_COLLECTIVE[self.collective])
 
 
-@runtime_checkable
-class Strategy(Protocol[ConfigT]):
-    """A way of training on n devices, as the planner sees it."""
+class Strategy(ABC, Generic[ConfigT]):
+    """A way of training on n devices, as the planner sees it.
 
-    @property
-    def name(self) -> str:
-        """Registry key, e.g. "ddp"."""
+    A new strategy subclasses this and writes its `config_type` (a frozen config
+    dataclass), `simulate`, `step_result` and the three table members `name`, `label`,
+    `placement`; every other member has a default that fits most strategies.
+    """
 
-    @property
-    def label(self) -> str:
-        """Name shown to people, e.g. "ZeRO-1 (optimizer state sharded)"."""
-
-    @property
-    def placement(self) -> Placement:
-        """What is replicated, what is sharded, when to use it."""
-
-    @property
-    def config_type(self) -> type[ConfigT]:
-        """The config class `simulate` takes."""
-
-    @property
-    def single_node(self) -> bool:
-        """True when one process drives every device (DP): limited to one node."""
-
-    @property
-    def max_devices(self) -> int | None:
-        """Most devices the strategy uses (1 for one device); None: no limit of its own."""
+    name: str  # registry key, e.g. "ddp"
+    label: str  # name shown to people, e.g. "ZeRO-1 (optimizer state sharded)"
+    placement: Placement  # what is replicated, what is sharded, when to use it
+    config_type: type[ConfigT]  # the config class `simulate` takes
+    single_node: bool = False  # True when one process drives every device (DP)
+    max_devices: int | None = None  # most devices it uses (1: one device); None: no limit
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
-        """Samples on the busiest device; ValueError when the batch does not split."""
+        """Samples on the busiest device: the same on every device by default;
+        ValueError when the batch does not split."""
+        return split_evenly(n_devices, global_batch)
 
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> ConfigT:
-        """The config of one planner step ("fp32" or "mixed" precision)."""
+        """The config of one planner step ("fp32" or "mixed" precision), built from the
+        config type's fields: batch_size=batch_per_device, optimizer, and the precision as
+        the config takes it (a `precision` field, or `dtype` and maybe `mixed_precision`)."""
+        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
+        takes = set(getattr(self.config_type, "__dataclass_fields__", ()))
+        kwargs: dict[str, object] = {"batch_size": batch_per_device, "optimizer": optimizer}
+        if "precision" in takes:
+            kwargs["precision"] = precision
+        else:
+            kwargs["dtype"] = precision_dtype(precision)
+            if "mixed_precision" in takes:
+                kwargs["mixed_precision"] = precision == "mixed"
+        return self.config_type(**kwargs)
 
+    @abstractmethod
     def simulate(self, workload: Workload, cluster: Cluster, config: ConfigT) -> Trace:
-        """One simulated step on `cluster` (single device: on its device)."""
+        """One simulated step on `cluster` (single device: on its device); its typed state
+        rides in `Trace.state`."""
 
+    @abstractmethod
     def step_result(self, trace: Trace) -> StepResult:
         """The step split of a trace this strategy simulated."""
 
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
-        """The crossover formula's terms, or None when it has no closed form here."""
+        """The crossover formula's terms; None (the default): no closed form here."""
+        require_terms(workload, dtype)
+        return None
 
 
 def split_evenly(n_devices: int, global_batch: int) -> int:

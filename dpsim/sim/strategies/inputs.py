@@ -14,11 +14,12 @@ from typing import TypeVar
 
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
 from dpsim.sim.hardware import Cluster, Device, Link
-from dpsim.sim.trace import Trace
+from dpsim.sim.trace import SimState, Trace
 from dpsim.sim.validation import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 T = TypeVar("T")
+S = TypeVar("S", bound=SimState)
 
 MAX_BATCH = 1 << 24  # samples in one step (global or per device)
 MAX_DEVICES = 1024 * 4096  # Cluster.with_devices: 1024 per node, 4096 nodes
@@ -92,14 +93,20 @@ def require_cluster(cluster: object, field: str = "cluster") -> Cluster:
                             "a dpsim.sim.hardware.Cluster, e.g. get_cluster('h100-node')")
 
 
-def require_trace(trace: object, strategy: str | None = None, field: str = "trace") -> Trace:
-    """`trace` if it is a Trace, and (given `strategy`) one that strategy's simulate made."""
-    t = require_instance(field, trace, Trace, "a dpsim.sim.trace.Trace")
-    if strategy is not None and t.meta.get("strategy") != strategy:
+def require_trace(trace: object, field: str = "trace") -> Trace:
+    """`trace` if it is a Trace."""
+    return require_instance(field, trace, Trace, "a dpsim.sim.trace.Trace")
+
+
+def require_state(trace: object, state_type: type[S], strategy: str, field: str = "trace") -> S:
+    """The typed state of `trace` if `strategy`'s simulate made it (`Trace.state`)."""
+    t = require_trace(trace, field)
+    if not isinstance(t.state, state_type):
+        made_by = "no simulator" if t.state is None else type(t.state).__name__
         raise ValueError(f"{field}={shown(t)} was not made by strategies.{strategy}.simulate "
-                         f"(its meta says strategy={t.meta.get('strategy')!r}); allowed: a "
-                         f"trace that {strategy}.simulate returned")
-    return t
+                         f"(its state is from {made_by}); allowed: a trace that "
+                         f"{strategy}.simulate returned")
+    return t.state
 
 
 def require_config(config: object, cls: type[T]) -> T:

@@ -2,16 +2,17 @@
 
 "single", "dp", "ddp", then FSDP at ZeRO stages 1, 2 and 3 ("zero1", "zero2", "fsdp"), then
 HSDP ("hsdp": FSDP within a node, replicas across nodes).
-A new strategy is one module implementing `strategies.base.Strategy` plus one `register`
-call (here for a permanent one, in a test or a notebook for an experiment).
+A new strategy is one `strategies.base.Strategy` subclass plus one `register` call (here
+for a permanent one, in a test or a notebook for an experiment).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dpsim.sim.strategies import ddp, dp, fsdp, hsdp, single
+from dpsim.sim.strategies import ddp, dp, fsdp, single
 from dpsim.sim.strategies.base import Placement, Strategy
+from dpsim.sim.strategies.fsdp import hsdp
 from dpsim.sim.strategies.inputs import MAX_DEVICES, require_instance
 from dpsim.sim.validation import require_bool, require_choice, require_int
 
@@ -22,7 +23,7 @@ def register(strategy: Strategy[Any]) -> Strategy[Any]:
     """Add `strategy` under its name (after the others); ValueError if it is not one."""
     if not isinstance(strategy, Strategy):
         raise ValueError(f"strategy={strategy!r} does not implement strategies.base.Strategy; "
-                         "allowed: an object with every member of that protocol")
+                         "allowed: an instance of a Strategy subclass")
     _check_members(strategy)
     if strategy.name in _REGISTRY:
         raise ValueError(f"name={strategy.name!r} is already registered; allowed: a name "
@@ -32,7 +33,7 @@ def register(strategy: Strategy[Any]) -> Strategy[Any]:
 
 
 def _check_members(strategy: Strategy[Any]) -> None:
-    """The protocol's plain members have the types the planner relies on."""
+    """The plain members have the types the planner relies on."""
     for member in ("name", "label"):
         value = getattr(strategy, member)
         if not isinstance(value, str) or not value:

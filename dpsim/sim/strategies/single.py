@@ -5,23 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
-from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, precision_dtype, predict_single
+from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, predict_single
 from dpsim.sim.hardware import Cluster, Device
-from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult
+from dpsim.sim.strategies.base import Placement, StepResult, Strategy
 from dpsim.sim.strategies.inputs import (
     MAX_BATCH,
     require_cluster,
     require_config,
     require_device,
-    require_make_config,
     require_names,
     require_split,
+    require_state,
     require_step_time,
-    require_terms,
-    require_trace,
     require_workload,
 )
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.validation import require_bool, require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
@@ -44,10 +42,29 @@ class SingleConfig:
             raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
 
 
+@dataclass(frozen=True)
+class SingleSummary:
+    """What a simulated single-device step records besides its StepResult."""
+
+    samples_per_s: float  # batch / step time
+    fits: bool  # the predicted peak fits the device's memory
+
+
+@dataclass(frozen=True)
+class SingleState(SimState):
+    """What `simulate` hands to `step_result`, `breakdown` and `summary`."""
+
+    batch_size: int  # samples in the step
+    step_time_s: float
+    breakdown: MemoryBreakdown  # the predicted peak, by category
+    summary: SingleSummary
+
+
 def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
     """Timeline (forward, backward, optimizer per layer) and memory over one step.
 
-    meta holds step_time_s, samples_per_s, peak_bytes, fits (bool) and the breakdown.
+    Its state (`SingleState`): the step time, the predicted peak breakdown, throughput
+    and whether the peak fits the device.
     """
     require_workload(workload)
     require_device(device)
@@ -88,51 +105,36 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
     peak = predict_single(workload, b, optimizer=config.optimizer, dtype=dt,
                           mixed_precision=config.mixed_precision)
     require_step_time(t, device, "device")
-    trace.meta.update({
-        "step_time_s": t,
-        "samples_per_s": b / t if t > 0 else float("inf"),
-        "peak_bytes": peak.total,
-        "breakdown": peak.as_dict(),
-        "fits": peak.total <= device.memory_bytes,
-    })
+    trace.state = SingleState(b, t, peak, SingleSummary(
+        b / t if t > 0 else float("inf"), peak.total <= device.memory_bytes))
     return trace
 
 
 def breakdown(trace: Trace) -> MemoryBreakdown:
-    """The predicted peak breakdown stored in a simulated trace."""
-    require_trace(trace, "single")
-    return MemoryBreakdown(**trace.meta["breakdown"])
-
-
-@dataclass(frozen=True)
-class SingleSummary:
-    """What a simulated single-device step records besides its StepResult."""
-
-    samples_per_s: float  # batch / step time
-    fits: bool  # the predicted peak fits the device's memory
+    """The predicted peak breakdown of a trace `simulate` made."""
+    return require_state(trace, SingleState, "single").breakdown
 
 
 def summary(trace: Trace) -> SingleSummary:
     """Throughput and fit of a trace `simulate` made."""
-    require_trace(trace, "single")
-    return SingleSummary(trace.meta["samples_per_s"], bool(trace.meta["fits"]))
+    return require_state(trace, SingleState, "single").summary
 
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made: all compute, no communication."""
-    m = require_trace(trace, "single").meta
-    step = m["step_time_s"]
-    return StepResult(step, step, 0.0, 0.0, 0.0, (int(m["peak_bytes"]),), 0, m["batch_size"], 1)
+    s = require_state(trace, SingleState, "single")
+    step = s.step_time_s
+    return StepResult(step, step, 0.0, 0.0, 0.0, (s.breakdown.total,), 0, s.batch_size, 1)
 
 
-class SingleStrategy:
-    """One device as the planner sees it (implements strategies.base.Strategy)."""
+class SingleStrategy(Strategy[SingleConfig]):
+    """One device as the planner sees it; bf16 working copy with fp32 master under
+    "mixed" (the default `make_config`)."""
 
     name = "single"
     label = "single device"
     placement = Placement("everything", "nothing", "the model and a useful batch fit one device")
     config_type = SingleConfig
-    single_node = False
     max_devices = 1
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
@@ -142,13 +144,6 @@ class SingleStrategy:
             raise ValueError(f"n_devices={n_devices} with strategy='single'; allowed: 1")
         return global_batch
 
-    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
-                    optimizer: str, precision: str) -> SingleConfig:
-        """bf16 working copy with fp32 master under "mixed"."""
-        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
-        return SingleConfig(batch_per_device, optimizer, precision_dtype(precision),
-                            precision == "mixed")
-
     def simulate(self, workload: Workload, cluster: Cluster, config: SingleConfig) -> Trace:
         """One step on the cluster's device."""
         return simulate(workload, require_cluster(cluster).device, config)
@@ -156,11 +151,6 @@ class SingleStrategy:
     def step_result(self, trace: Trace) -> StepResult:
         """See `step_result`."""
         return step_result(trace)
-
-    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
-        """None: nothing to hide."""
-        require_terms(workload, dtype)
-        return None
 
 
 STRATEGY = SingleStrategy()

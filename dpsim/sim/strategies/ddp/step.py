@@ -7,7 +7,7 @@ the order backward produced the gradients (about the reverse of the parameters; 
 bucket_cap_mb caps it too: `first_bucket_cap_for`) so that communication starts early;
 the others at `bucket_cap_mb` (25 MiB by default). `first_iteration=True` simulates DDP's
 first step with the default find_unused_parameters=False: one bucket holding every
-gradient, all-reduced after backward (see `ddp_buckets`). A bucket closes as soon
+gradient, all-reduced after backward (see `ddp.buckets`). A bucket closes as soon
 as its bytes reach the cap, so the tensor that crosses the cap stays in it. A bucket's
 all-reduce starts when its last gradient is ready and runs on a communication stream, one
 bucket at a time, while the rest of backward goes on. The optimizer waits for the last.
@@ -32,29 +32,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsim.sim.collectives.cost import ALGORITHMS, collective_time_s, ring_bytes_per_rank_formula
-from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS, group_link, group_time_s
+from dpsim.sim.collectives.group_cost import group_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
-from dpsim.sim.cost.memory import (
-    OPTIMIZERS,
-    checkpointed_activation_bytes,
-    model_state_bytes,
-    precision_dtype,
-)
+from dpsim.sim.cost.memory import checkpointed_activation_bytes, model_state_bytes
 from dpsim.sim.hardware import Cluster, Device, Link
-from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
-from dpsim.sim.strategies.ddp_buckets import DEFAULT_BUCKET_CAP_MB as DEFAULT_BUCKET_CAP_MB
-from dpsim.sim.strategies.ddp_buckets import (
-    DEFAULT_FIRST_BUCKET_CAP_MB as DEFAULT_FIRST_BUCKET_CAP_MB,
+from dpsim.sim.strategies.base import StepResult
+from dpsim.sim.strategies.ddp.buckets import (
+    Bucket,
+    GradTensor,
+    build_buckets,
+    first_iteration_buckets,
+    grad_tensors,
 )
-from dpsim.sim.strategies.ddp_buckets import Bucket as Bucket
-from dpsim.sim.strategies.ddp_buckets import GradTensor as GradTensor
-from dpsim.sim.strategies.ddp_buckets import MiB as MiB  # re-exported, like those below
-from dpsim.sim.strategies.ddp_buckets import build_buckets as build_buckets
-from dpsim.sim.strategies.ddp_buckets import check_caps
-from dpsim.sim.strategies.ddp_buckets import first_bucket_cap_for as first_bucket_cap_for
-from dpsim.sim.strategies.ddp_buckets import first_iteration_buckets as first_iteration_buckets
-from dpsim.sim.strategies.ddp_buckets import grad_tensors as grad_tensors
+from dpsim.sim.strategies.ddp.config import DDPConfig
 from dpsim.sim.strategies.inputs import (
     MAX_COUNT,
     MAX_DEVICES,
@@ -62,51 +53,26 @@ from dpsim.sim.strategies.inputs import (
     require_config,
     require_device,
     require_instance,
-    require_ints,
     require_link,
-    require_make_config,
     require_sequence,
+    require_state,
     require_step_time,
-    require_terms,
     require_trace,
     require_workload,
     shown,
 )
-from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.trace import Event, SimState, Trace
+from dpsim.sim.validation import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 
 @dataclass(frozen=True)
-class DDPConfig:
-    """One DDP training step on every rank."""
+class DDPState(SimState):
+    """What `simulate` hands to `step_result` and `buckets_of`."""
 
-    batch_size: int = 32  # samples per process per step (global batch = batch_size * N)
-    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB  # MiB per bucket after the first
-    first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB  # MiB for the first bucket
-    overlap: bool = True  # False: all-reduce every bucket only after backward ends
-    optimizer: str = "adam"  # one of memory.OPTIMIZERS
-    dtype: str = "fp32"  # compute and gradient dtype
-    algorithm: str = "auto"  # all-reduce algorithm: "auto" (NCCL's choice on GPU links, the
-    # ring on generic ones) or forced, one of collectives.group_cost.GROUP_ALGORITHMS
-    gradient_as_bucket_view: bool = False  # True: gradients live in the buckets (no copy)
-    mixed_precision: bool = False  # memory: 16-bit working copy + fp32 master and moments
-    first_iteration: bool = False  # True: the first step (one bucket of every gradient)
-    activation_checkpointing: bool = False  # keep layer inputs; recompute forward in backward
-
-    def __post_init__(self) -> None:
-        require_int("batch_size", self.batch_size, 1, 1 << 24)
-        check_caps(self.bucket_cap_mb, self.first_bucket_cap_mb)
-        require_bool("overlap", self.overlap)
-        require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        require_choice("dtype", self.dtype, DTYPE_BYTES)
-        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
-        require_bool("gradient_as_bucket_view", self.gradient_as_bucket_view)
-        require_bool("mixed_precision", self.mixed_precision)
-        require_bool("first_iteration", self.first_iteration)
-        if self.mixed_precision and self.dtype == "fp32":
-            raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
-        require_bool("activation_checkpointing", self.activation_checkpointing)
+    world_size: int  # ranks; every one runs the trace's timeline
+    batch_size: int  # samples per rank
+    buckets: tuple[Bucket, ...]  # in the order they are all-reduced
 
 
 def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str = "ring"
@@ -128,7 +94,8 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
     `tensors` and `ready_order`: a real model's gradients (see `build_buckets`).
 
     Events: per-layer forward and backward on stream "compute", one "all_reduce" per
-    bucket on stream "comm", then the optimizer. meta: step_time_s, buckets, world_size.
+    bucket on stream "comm", then the optimizer. Its state (`DDPState`): world_size,
+    batch_size and the buckets.
     """
     _check_simulate(workload, cluster, config, tensors)
     cfg = config or DDPConfig()
@@ -143,10 +110,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         "strategy": "ddp", "workload": workload.name, "device": device.name,
         "link": link.name, "world_size": n, "batch_size": cfg.batch_size,
         "bucket_cap_mb": cfg.bucket_cap_mb, "first_bucket_cap_mb": cfg.first_bucket_cap_mb,
-        "overlap": cfg.overlap,
-        "buckets": [{"index": b.index, "params": list(b.params), "nbytes": b.nbytes,
-                     "cap_bytes": b.cap_bytes, "ready_layer": b.ready_layer} for b in buckets],
-    })
+        "overlap": cfg.overlap}, state=DDPState(n, cfg.batch_size, tuple(buckets)))
     _memory_samples(trace, workload, cfg, sum(b.nbytes for b in buckets))
     per_layer: dict[int, tuple[int, int]] = {}  # layer -> (gradient tensors, bytes)
     if tensors is None:
@@ -169,12 +133,12 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         comm_free = end
     start = max(backward_end, comm_free)
     if not cfg.gradient_as_bucket_view:  # the averaged buckets are copied back into p.grad
-        d = copy_time_s(sum(b.nbytes for b in buckets), device)
+        d = _copy_s(sum(b.nbytes for b in buckets), device)
         trace.add(Event(0, "compute", "copy", start, start + d, label="buckets -> p.grad"))
         start += d
     d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, cfg.optimizer)
     trace.add(Event(0, "compute", "optimizer", start, start + d, label=cfg.optimizer))
-    trace.meta["step_time_s"] = require_step_time(start + d, cluster)
+    require_step_time(start + d, cluster)
     return trace
 
 
@@ -195,6 +159,10 @@ def copy_time_s(nbytes: int, device: Device) -> float:
     """Seconds to copy `nbytes` once in device memory (read + write)."""
     require_int("nbytes", nbytes, 0, MAX_COUNT)
     require_device(device)
+    return _copy_s(nbytes, device)
+
+
+def _copy_s(nbytes: int, device: Device) -> float:
     return 2 * nbytes / (device.mem_bw_GBps * 1e9)
 
 
@@ -217,7 +185,7 @@ def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPCo
         if cfg.activation_checkpointing:  # the layer's forward runs again first
             d += forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
         d += count * device.op_overhead_us * 1e-6
-        d += 0.0 if cfg.gradient_as_bucket_view else copy_time_s(nbytes, device)
+        d += 0.0 if cfg.gradient_as_bucket_view else _copy_s(nbytes, device)
         trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
         t += d
     return t
@@ -238,9 +206,7 @@ def _memory_samples(trace: Trace, workload: Workload, cfg: DDPConfig, bucket_byt
 
 def buckets_of(trace: Trace) -> list[Bucket]:
     """The buckets of a trace `simulate` made, in the order they are all-reduced."""
-    require_trace(trace, "ddp")
-    return [Bucket(b["index"], tuple(b["params"]), b["nbytes"], b["cap_bytes"],
-                   b["ready_layer"]) for b in trace.meta["buckets"]]
+    return list(require_state(trace, DDPState, "ddp").buckets)
 
 
 def step_result(trace: Trace, device: int = 0) -> StepResult:
@@ -258,76 +224,17 @@ def step_result(trace: Trace, device: int = 0) -> StepResult:
     compute = trace.busy_s(device, "compute")
     comm = trace.busy_s(device, "comm")
     exposed = min(comm, max(0.0, step - compute))
-    n = int(trace.meta.get("world_size", len(trace.devices)))  # a bare trace: its ranks
+    n, batch = _run_size(trace)
     reduced = sum(e.nbytes for e in events if e.stream == "comm")
     return StepResult(step, compute, max(0.0, comm - exposed), exposed, 0.0,
                       (trace.peak_memory(device),) * n,
-                      int(ring_bytes_per_rank_formula(reduced, n)),
-                      int(trace.meta.get("batch_size", 0)), n)
+                      int(ring_bytes_per_rank_formula(reduced, n)), batch, n)
 
 
-@dataclass(frozen=True)
-class ScalingPoint:
-    """One world size in a scaling study."""
-
-    world_size: int
-    breakdown: StepResult
-    n_buckets: int
-    samples_per_s: float  # global throughput
-
-
-def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = None,
-            world_sizes: Sequence[int] = (1, 2, 4, 8)) -> list[ScalingPoint]:
-    """Simulate the same per-process batch on `cluster` resized to each world size."""
-    require_workload(workload)
-    require_cluster(cluster)
-    require_ints("world_sizes", world_sizes, 1, MAX_DEVICES)
-    cfg = DDPConfig() if config is None else require_config(config, DDPConfig)
-    out = []
-    for n in world_sizes:
-        trace = simulate(workload, cluster.with_devices(n), cfg)
-        b = step_result(trace)
-        out.append(ScalingPoint(n, b, len(trace.meta["buckets"]),
-                                n * cfg.batch_size / b.step_s if b.step_s > 0 else 0.0))
-    return out
-
-
-class DDPStrategy:
-    """DDP as the planner sees it (implements strategies.base.Strategy)."""
-
-    name = "ddp"
-    label = "DDP"
-    placement = Placement("parameters, gradients, optimizer", "the batch",
-                          "the model's states fit one device: the default")
-    config_type = DDPConfig
-    single_node = False
-    max_devices = None
-
-    def split_batch(self, n_devices: int, global_batch: int) -> int:
-        """The same samples on every rank."""
-        return split_evenly(n_devices, global_batch)
-
-    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
-                    optimizer: str, precision: str) -> DDPConfig:
-        """Default buckets; bf16 gradients with fp32 master under "mixed"."""
-        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
-        return DDPConfig(batch_size=batch_per_device, optimizer=optimizer,
-                         dtype=precision_dtype(precision),
-                         mixed_precision=precision == "mixed")
-
-    def simulate(self, workload: Workload, cluster: Cluster, config: DDPConfig) -> Trace:
-        """See `simulate`."""
-        return simulate(workload, cluster, config)
-
-    def step_result(self, trace: Trace) -> StepResult:
-        """See `step_result`."""
-        return step_result(trace)
-
-    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
-        """One all-reduce (2 model sizes), 2 latencies per bucket; backward covers it."""
-        require_terms(workload, dtype)
-        n_buckets = len(build_buckets(grad_tensors(workload, dtype)))
-        return CrossoverTerms(2.0, 2 * n_buckets, False)
-
-
-STRATEGY = DDPStrategy()
+def _run_size(trace: Trace) -> tuple[int, int]:
+    """(ranks, samples per rank) of a simulated trace, or as a recording's meta labels them
+    (a bare trace: its ranks, batch 0 for not recorded)."""
+    if isinstance(trace.state, DDPState):
+        return trace.state.world_size, trace.state.batch_size
+    return (int(trace.meta.get("world_size", len(trace.devices))),
+            int(trace.meta.get("batch_size", 0)))

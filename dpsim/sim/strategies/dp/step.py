@@ -21,39 +21,24 @@ Kernel times come from `dpsim.sim.cost.compute` (its per-operator overhead is th
 copies use the cluster's achieved intra-node link (a host batch crosses PCIe); the broadcast
 and the reduce (NCCL's when torch has it: `torch.cuda.comm.reduce_add` calls `nccl.reduce`)
 cost what `collectives.group_cost` says for the devices in use. Deterministic.
-Its config, the chunks and the bytes each device holds at the loss: `dp_closed_form`.
+Its config: `dp.config`; the chunks and the bytes each device holds at the loss: `dp.closed_form`.
 """
 
 from __future__ import annotations
-
-import math
 
 from dpsim.sim.collectives.group_cost import achieved_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.gil import Segment, schedule
-from dpsim.sim.cost.memory import optimizer_state_bytes, precision_dtype
+from dpsim.sim.cost.memory import optimizer_state_bytes
 from dpsim.sim.hardware import PCIE4_X16, Cluster, Device, Link
-from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult
-from dpsim.sim.strategies.dp_closed_form import MAX_HOST_US, activation_bytes_per_layer, dtype_scale
-from dpsim.sim.strategies.dp_closed_form import (
-    DPConfig as DPConfig,  # re-exported, like those below
-)
-from dpsim.sim.strategies.dp_closed_form import bytes_at_loss as bytes_at_loss
-from dpsim.sim.strategies.dp_closed_form import device0_extra_bytes as device0_extra_bytes
-from dpsim.sim.strategies.dp_closed_form import device_batch_sizes as device_batch_sizes
-from dpsim.sim.strategies.dp_closed_form import scatter_sizes as scatter_sizes
-from dpsim.sim.strategies.dp_closed_form import with_output_features as with_output_features
-from dpsim.sim.strategies.dp_result import DPSummary as DPSummary
-from dpsim.sim.strategies.dp_result import step_result as step_result
-from dpsim.sim.strategies.dp_result import summary as summary
+from dpsim.sim.strategies.dp.closed_form import activation_bytes_per_layer, scatter_sizes
+from dpsim.sim.strategies.dp.config import MAX_HOST_US, DPConfig
+from dpsim.sim.strategies.dp.result import DPState, DPSummary
 from dpsim.sim.strategies.inputs import (
     require_cluster,
     require_config,
-    require_make_config,
-    require_split,
     require_step_time,
-    require_terms,
     require_workload,
 )
 from dpsim.sim.trace import Event, Trace
@@ -103,15 +88,15 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
 
     Streams per device: "python" (the thread driving it: kind "python" while it holds the
     GIL, "gil_wait" while it waits), "compute" (kernels), "comm" (copies); device 0 also has
-    "main", the main thread. meta: step_time_s, samples_per_s, chunk_sizes,
-    n_devices_used, peak_bytes (per device), imbalance (device 0 peak / largest other),
-    python_s (seconds some thread held the GIL), phases ({kind: [start_s, end_s]}).
+    "main", the main thread. Its state (`DPState`, read by `step_result` and `summary`):
+    the step time, peak bytes per device, chunk sizes, imbalance (device 0 peak / largest
+    other), python_s (seconds some thread held the GIL), phases ({kind: (start_s, end_s)}).
     """
     _check(workload, cluster, config)
     dev, link, dt = cluster.device, achieved_link(cluster.intra_node), config.dtype
     sizes = scatter_sizes(config.batch_size, config.n_devices)
     used = len(sizes)
-    scale = dtype_scale(workload, dt)
+    scale = DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
     dev_op_s = dev.op_overhead_us * 1e-6  # compute's per-operator host cost in kernel times
     op_s = dev_op_s if config.python_op_us is None else config.python_op_us * 1e-6
     gil_s, launch_s = op_s * config.op_gil_share, op_s * (1 - config.op_gil_share)
@@ -229,7 +214,6 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     loss_end = tb.event(0, "compute", "loss", start, start + _loss_s(all_out, dev, op_s),
                         label="cross entropy")
     tb.mem(0, loss_end, "loss", workload.loss_bytes * config.batch_size * scale)
-    trace.meta["loss_time_s"] = loss_end
 
     # 6. backward: loss backward on device 0, output gradients scattered, replicas' backward
     t = tb.event(0, "compute", "backward", loss_end, loss_end + _loss_s(all_out, dev, op_s),
@@ -277,7 +261,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     opt = optimizer_time_s(workload.n_params, workload.n_param_tensors, dev, config.optimizer)
     end = tb.event(0, "compute", "optimizer", t, t + opt, label=config.optimizer)
     require_step_time(end, cluster)
-    _finish_meta(trace, config, sizes, end, gil_s)
+    trace.state = _state(trace, config, sizes, end, gil_s, loss_end)
     return trace
 
 
@@ -292,8 +276,8 @@ def _check(workload: Workload, cluster: Cluster, config: DPConfig) -> None:
                        MAX_HOST_US)
 
 
-def _finish_meta(trace: Trace, config: DPConfig, sizes: list[int], end_s: float,
-                 gil_s: float) -> None:
+def _state(trace: Trace, config: DPConfig, sizes: list[int], end_s: float, gil_s: float,
+           loss_time_s: float) -> DPState:
     peaks = [trace.peak_memory(d) for d in range(config.n_devices)]
     others = max(peaks[1:], default=0)
     phases: dict[str, list[float]] = {}
@@ -303,57 +287,13 @@ def _finish_meta(trace: Trace, config: DPConfig, sizes: list[int], end_s: float,
             span = phases.setdefault(kind, [ev.start_s, ev.end_s])
             span[0], span[1] = min(span[0], ev.start_s), max(span[1], ev.end_s)
     held = sum(e.duration_s for e in trace.events if e.kind == "python")
-    trace.meta.update({
-        "step_time_s": end_s,
-        "samples_per_s": config.batch_size / end_s if end_s > 0 else float("inf"),
-        "chunk_sizes": sizes,
-        "n_devices_used": len(sizes),
-        "peak_bytes": peaks,
-        "imbalance": peaks[0] / others if others else float("inf"),
-        "python_s": held,
-        "gil_s_per_op": gil_s,
-        "phases": phases,
-    })
-
-
-class DPStrategy:
-    """DataParallel as the planner sees it (implements strategies.base.Strategy)."""
-
-    name = "dp"
-    label = "DataParallel"
-    placement = Placement("parameters, gradients, optimizer (re-copied every step)",
-                          "the batch", "a quick try on 2-4 GPUs of one node; prefer DDP")
-    config_type = DPConfig
-    single_node = True  # one process drives every device
-    max_devices = None
-
-    def split_batch(self, n_devices: int, global_batch: int) -> int:
-        """torch.chunk: any batch, but each used device needs a sample."""
-        require_split(n_devices, global_batch)
-        if global_batch < n_devices:
-            raise ValueError(f"global_batch={global_batch} is out of range for DP on "
-                             f"{n_devices} devices; allowed >= {n_devices}")
-        return math.ceil(global_batch / n_devices)
-
-    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
-                    optimizer: str, precision: str) -> DPConfig:
-        """The global batch over n_devices, in the precision's compute dtype."""
-        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
-        return DPConfig(n_devices=n_devices, batch_size=global_batch, optimizer=optimizer,
-                        dtype=precision_dtype(precision))
-
-    def simulate(self, workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
-        """See `simulate`."""
-        return simulate(workload, cluster, config)
-
-    def step_result(self, trace: Trace) -> StepResult:
-        """See `step_result`."""
-        return step_result(trace)
-
-    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
-        """None: DP's copies do not overlap compute."""
-        require_terms(workload, dtype)
-        return None
-
-
-STRATEGY = DPStrategy()
+    return DPState(config.n_devices, end_s, tuple(peaks), DPSummary(
+        samples_per_s=config.batch_size / end_s if end_s > 0 else float("inf"),
+        chunk_sizes=tuple(sizes),
+        n_devices_used=len(sizes),
+        imbalance=peaks[0] / others if others else float("inf"),
+        python_s=held,
+        gil_s_per_op=gil_s,
+        phases={k: (v[0], v[1]) for k, v in phases.items()},
+        loss_time_s=loss_time_s,
+    ))

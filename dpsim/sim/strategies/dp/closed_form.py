@@ -1,5 +1,5 @@
-"""DataParallel in closed form: its config, the chunks `torch.chunk` cuts, a classifier's
-output size, and the bytes each device holds when the loss is computed.
+"""DataParallel in closed form: the chunks `torch.chunk` cuts, a classifier's output size,
+and the bytes each device holds when the loss is computed.
 
 `bytes_at_loss` is what `dp.simulate`'s memory timeline must show at the loss (the tests
 check one against the other); `dp.simulate` runs the step over time.
@@ -7,45 +7,15 @@ check one against the other); `dp.simulate` runs the step over time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from dpsim.sim.cost.memory import OPTIMIZERS, optimizer_state_bytes
+from dpsim.sim.cost.memory import optimizer_state_bytes
+from dpsim.sim.strategies.dp.config import DPConfig
 from dpsim.sim.strategies.inputs import MAX_BATCH, MAX_DEVICES, require_config, require_workload
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.validation import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
-INPUT_PLACES = ("device0", "host")
-# Host costs in microseconds are bounded so that a step simulates in well under a second:
-# the GIL model hands the lock over every 5 ms, so longer Python segments cost more steps.
-MAX_HOST_US = 10_000.0  # 10 ms per operator, module copy or thread start (real: 5-100 us)
 MAX_OUT_FEATURES = 1 << 32  # a classifier's outputs per sample
-
-
-@dataclass(frozen=True)
-class DPConfig:
-    """One `nn.DataParallel` training step."""
-
-    n_devices: int = 4  # len(device_ids): devices one process drives
-    batch_size: int = 128  # the global batch, split across devices by scatter
-    optimizer: str = "adam"  # one of memory.OPTIMIZERS, stepped on device 0 only
-    dtype: str = "fp32"  # parameters, activations and gradients
-    input_on: str = "device0"  # the batch before forward: "device0" (x.cuda()) or "host"
-    python_op_us: float | None = None  # host cost per operator; None: device.op_overhead_us
-    op_gil_share: float = 0.6  # share of that cost in Python (GIL held); rest C++ launch
-    replicate_us_per_module: float = 20.0  # Python cost of copying one module for one device
-    thread_start_us: float = 60.0  # parallel_apply starts one thread per device per step
-
-    def __post_init__(self) -> None:
-        require_int("n_devices", self.n_devices, 1, 1024)
-        require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        require_choice("dtype", self.dtype, DTYPE_BYTES)
-        require_choice("input_on", self.input_on, INPUT_PLACES)
-        if self.python_op_us is not None:
-            require_finite("python_op_us", self.python_op_us, 0, MAX_HOST_US)
-        require_finite("op_gil_share", self.op_gil_share, 0, 1)
-        require_finite("replicate_us_per_module", self.replicate_us_per_module, 0, MAX_HOST_US)
-        require_finite("thread_start_us", self.thread_start_us, 0, MAX_HOST_US)
 
 
 def with_output_features(workload: Workload, out_features: int) -> Workload:
@@ -69,8 +39,7 @@ def scatter_sizes(batch_size: int, n_devices: int) -> list[int]:
     """
     require_int("batch_size", batch_size, 1, MAX_BATCH)
     require_int("n_devices", n_devices, 1, MAX_DEVICES)
-    size = -(-batch_size // n_devices)
-    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
+    return _chunks(batch_size, n_devices)
 
 
 def device_batch_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -83,7 +52,7 @@ def dtype_scale(workload: Workload, dtype: str) -> float:
     """Bytes of a tensor in `dtype` per byte in the workload's own dtype."""
     require_workload(workload, runnable=False)
     require_choice("dtype", dtype, DTYPE_BYTES)
-    return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
+    return _scale(workload, dtype)
 
 
 def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
@@ -91,11 +60,7 @@ def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
 
     The first layer's saved input is the batch itself, which DP counts as "input".
     """
-    scale = dtype_scale(workload, dtype)  # checks both
-    acts = [layer.activation_bytes * scale for layer in workload.layers]
-    if acts:
-        acts[0] -= min(acts[0], float(workload.input_bytes))
-    return acts
+    return _saved_per_sample(workload, dtype_scale(workload, dtype))  # checks both
 
 
 def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
@@ -107,10 +72,40 @@ def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
     """
     require_workload(workload, runnable=False)
     require_config(config, DPConfig)
-    sizes = device_batch_sizes(config.batch_size, config.n_devices)
-    used = sum(1 for b in sizes if b)
-    scale = dtype_scale(workload, config.dtype)
-    act_per_sample = sum(activation_bytes_per_layer(workload, config.dtype))
+    return _bytes_at_loss(workload, config)
+
+
+def device0_extra_bytes(workload: Workload, config: DPConfig) -> dict[str, int]:
+    """Bytes per category device 0 holds at the loss beyond device 1 (needs n_devices >= 2)."""
+    require_config(config, DPConfig)
+    require_int("n_devices", config.n_devices, 2)
+    require_workload(workload, runnable=False)
+    rows = _bytes_at_loss(workload, config)
+    return {cat: rows[0][cat] - rows[1][cat] for cat in rows[0]}
+
+
+def _chunks(batch_size: int, n_devices: int) -> list[int]:
+    size = -(-batch_size // n_devices)
+    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
+
+
+def _scale(workload: Workload, dtype: str) -> float:
+    return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
+
+
+def _saved_per_sample(workload: Workload, scale: float) -> list[float]:
+    acts = [layer.activation_bytes * scale for layer in workload.layers]
+    if acts:
+        acts[0] -= min(acts[0], float(workload.input_bytes))
+    return acts
+
+
+def _bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
+    chunks = _chunks(config.batch_size, config.n_devices)
+    sizes = chunks + [0] * (config.n_devices - len(chunks))
+    used = len(chunks)
+    scale = _scale(workload, config.dtype)
+    act_per_sample = sum(_saved_per_sample(workload, scale))
     b = config.batch_size
     params = DTYPE_BYTES[config.dtype] * workload.n_params
     rows = []
@@ -130,11 +125,3 @@ def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
             "gradients": 0,
         })
     return rows
-
-
-def device0_extra_bytes(workload: Workload, config: DPConfig) -> dict[str, int]:
-    """Bytes per category device 0 holds at the loss beyond device 1 (needs n_devices >= 2)."""
-    require_config(config, DPConfig)
-    require_int("n_devices", config.n_devices, 2)
-    rows = bytes_at_loss(workload, config)
-    return {cat: rows[0][cat] - rows[1][cat] for cat in rows[0]}

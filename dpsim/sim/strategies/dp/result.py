@@ -1,6 +1,6 @@
 """What a simulated DataParallel step reports: its `StepResult` and the DP-only numbers.
 
-`dp.simulate` writes them into its trace's meta; these read them back, typed.
+`dp.simulate` attaches a `DPState` to its trace; these read it back, typed.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpsim.sim.strategies.base import StepResult
-from dpsim.sim.strategies.inputs import require_trace
-from dpsim.sim.trace import Trace
+from dpsim.sim.strategies.inputs import require_state
+from dpsim.sim.trace import SimState, Trace
 
 
 @dataclass(frozen=True)
@@ -26,22 +26,29 @@ class DPSummary:
     loss_time_s: float  # when the loss is computed (`bytes_at_loss` holds then)
 
 
+@dataclass(frozen=True)
+class DPState(SimState):
+    """What `dp.simulate` hands to `step_result` and `summary`."""
+
+    n_devices: int  # devices the process drives (some may get no chunk)
+    step_time_s: float
+    peak_bytes: tuple[int, ...]  # per device, index = device
+    summary: DPSummary
+
+
 def summary(trace: Trace) -> DPSummary:
     """The DP-specific numbers of a trace `dp.simulate` made."""
-    m = require_trace(trace, "dp").meta
-    return DPSummary(m["samples_per_s"], tuple(m["chunk_sizes"]), m["n_devices_used"],
-                     m["imbalance"], m["python_s"], m["gil_s_per_op"],
-                     {k: (v[0], v[1]) for k, v in m["phases"].items()}, m["loss_time_s"])
+    return require_state(trace, DPState, "dp").summary
 
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `dp.simulate` made; host time beyond compute and comm is "other"."""
-    m = require_trace(trace, "dp").meta
-    n, step = m["n_devices"], m["step_time_s"]
+    s = require_state(trace, DPState, "dp")
+    n, step = s.n_devices, s.step_time_s
     compute = max(trace.busy_s(d, "compute") for d in range(n))
     comm = trace.busy_s(0, "comm")
     exposed = min(comm, max(0.0, step - compute))
     sent = sum(e.nbytes for e in trace.events if e.stream == "comm") // max(n, 1)
     return StepResult(step, compute, comm - exposed, exposed,
-                      max(0.0, step - compute - exposed), tuple(int(p) for p in m["peak_bytes"]),
-                      int(sent), max(m["chunk_sizes"]), n)
+                      max(0.0, step - compute - exposed), s.peak_bytes,
+                      int(sent), max(s.summary.chunk_sizes), n)

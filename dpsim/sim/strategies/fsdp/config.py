@@ -1,19 +1,13 @@
-"""FSDP / ZeRO in closed form: its config and the bytes one step communicates.
-
-`fsdp.simulate` runs the step unit by unit; the tests check its communication volume
-against `communication_bytes_per_step`.
-"""
+"""FSDP / ZeRO's config: one training step; world_size comes from the Cluster."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS
-from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, ZERO_STAGES, precision_dtype
-from dpsim.sim.strategies.inputs import MAX_COUNT, MAX_DEVICES
+from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.sim.validation import require_bool, require_choice, require_int
 
-MAX_BYTES_PER_PARAM = 16  # fp64 complex; fp32 is 4, bf16 2
 # torch's mixed precision (FSDP2 MixedPrecisionPolicy(bf16, reduce fp32)): fp32 sharded
 # parameters, gradients and moments; bf16 all-gathers and compute; fp32 reduce-scatter
 FSDP_PRECISIONS = (*PRECISIONS, "torch_amp")
@@ -38,8 +32,7 @@ class FSDPConfig:
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_int("stage", self.stage, 0, 3)  # refuses True, which equals 1
-        require_choice("stage", self.stage, ZERO_STAGES)
+        require_int("stage", self.stage, 0, 3)  # one of ZERO_STAGES; refuses True (== 1)
         require_choice("precision", self.precision, FSDP_PRECISIONS)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
@@ -52,29 +45,3 @@ class FSDPConfig:
     def dtype(self) -> str:
         """Dtype of compute, of the gathered parameters and of the gradients computed."""
         return "bf16" if self.precision == "torch_amp" else precision_dtype(self.precision)
-
-
-def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
-                                 bytes_per_param: int = 2,
-                                 reshard_after_forward: bool = True) -> int:
-    """Communication volume per step, in bytes: 3x the model for FSDP, 2x for DDP.
-
-    The volume adds the full-tensor size of every collective, an all-reduce counting
-    twice (it is a reduce-scatter plus an all-gather). Stage 3 all-gathers the parameters
-    in forward and again in backward and reduce-scatters the gradients (3x; 2x without
-    reshard_after_forward); stages 1-2 reduce-scatter gradients and all-gather the updated
-    parameters (2x); stage 0 all-reduces gradients (2x). With a ring each device sends
-    (N-1)/N of the volume. 0 for one device.
-    """
-    require_int("n_params", n_params, 0, MAX_COUNT)
-    require_int("world_size", world_size, 1, MAX_DEVICES)
-    require_int("stage", stage, 0, 3)
-    require_choice("stage", stage, ZERO_STAGES)
-    require_int("bytes_per_param", bytes_per_param, 1, MAX_BYTES_PER_PARAM)
-    require_bool("reshard_after_forward", reshard_after_forward)
-    if world_size == 1:
-        return 0
-    model = n_params * bytes_per_param
-    if stage == 3 and reshard_after_forward:
-        return 3 * model
-    return 2 * model

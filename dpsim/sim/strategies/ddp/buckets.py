@@ -14,7 +14,7 @@ What torch 2.x does (torch/nn/parallel/distributed.py, `_BucketCapacityConfig`):
 A bucket closes as soon as its bytes reach its cap: `first_bucket_cap_mb` for the first,
 `bucket_cap_mb` after. The first cap is 1 MiB only when `bucket_cap_mb` is not passed;
 an explicit `bucket_cap_mb` caps the first bucket too (`first_bucket_cap_for`).
-`ddp.simulate` all-reduces the buckets while backward runs.
+`ddp.step.simulate` all-reduces the buckets while backward runs.
 """
 
 from __future__ import annotations

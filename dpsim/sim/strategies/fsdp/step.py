@@ -1,7 +1,7 @@
 """FSDP / ZeRO: one training step, unit by unit, on one representative device.
 
 Every device runs the same schedule on a shard of the same size (FSDP pads shards to
-equal size), so the step is simulated once, on device 0, and `trace.meta` says that the
+equal size), so the step is simulated once, on device 0, and its summary says that the
 other `world_size - 1` devices are identical. That keeps 1024 devices as cheap as 2.
 
 Stage 3 (FSDP's FULL_SHARD), per unit (a group of consecutive layers):
@@ -26,28 +26,57 @@ from dpsim.sim.collectives.nccl import GroupShape, group_shape
 from dpsim.sim.cost.compute import optimizer_time_s
 from dpsim.sim.cost.memory import ZERO_STAGES, optimizer_state_bytes, precision_bytes_per_param
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
-from dpsim.sim.strategies.fsdp_closed_form import (
-    FSDPConfig as FSDPConfig,  # re-exported, like below
-)
-from dpsim.sim.strategies.fsdp_closed_form import (
-    communication_bytes_per_step as communication_bytes_per_step,
-)
-from dpsim.sim.strategies.fsdp_units import Unit
-from dpsim.sim.strategies.fsdp_units import build_units as build_units
+from dpsim.sim.strategies.base import StepResult
+from dpsim.sim.strategies.fsdp.config import FSDPConfig
+from dpsim.sim.strategies.fsdp.units import Unit, build_units
 from dpsim.sim.strategies.inputs import (
     require_cluster,
     require_config,
     require_ints,
-    require_make_config,
+    require_state,
     require_step_time,
-    require_terms,
-    require_trace,
     require_workload,
 )
-from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.workload import DTYPE_BYTES, Workload
+
+
+@dataclass(frozen=True)
+class FSDPSummary:
+    """What a simulated FSDP / ZeRO step records besides its StepResult (bytes)."""
+
+    stage: int
+    n_units: int
+    devices_identical: bool  # one representative device stands for all
+    comm_volume_bytes: int  # full-tensor size of every collective, an all-reduce twice
+    model_bytes: int  # parameters in the communication dtype
+    comm_to_model: float  # comm_volume_bytes / model_bytes
+    breakdown: dict[str, int]  # bytes per category at the peak
+    fits: bool  # the peak fits the device's memory
+    samples_per_s: float  # global
+
+
+@dataclass(frozen=True)
+class FSDPState(SimState):
+    """What `simulate` hands to `step_result` and `summary` (seconds, bytes)."""
+
+    world_size: int  # devices, every one running the representative device's schedule
+    batch_size: int  # samples per device
+    step_time_s: float
+    compute_s: float  # busy time of the compute stream
+    comm_s: float  # busy time of the communication streams
+    exposed_comm_s: float  # the step beyond its compute
+    peak_bytes: int  # on every device
+    sent_bytes_per_device: int
+    summary: FSDPSummary
+
+    def step_result(self) -> StepResult:
+        """Compute, and communication hidden behind it or exposed; every device the same."""
+        exposed, n = self.exposed_comm_s, self.world_size
+        return StepResult(self.step_time_s, self.compute_s,
+                          max(0.0, self.comm_s - exposed), exposed, 0.0,
+                          (self.peak_bytes,) * n, self.sent_bytes_per_device,
+                          self.batch_size, n)
 
 
 def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
@@ -55,18 +84,22 @@ def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
 
     Memory categories: "parameters" (the persistent shard or full copy), "gathered"
     (unsharded parameters of the units currently all-gathered), "gradients", "optimizer"
-    (with the fp32 master copy under mixed precision), "activations". meta holds
-    step_time_s, compute_s, comm_s, exposed_comm_s, peak_bytes, breakdown (at peak),
-    fits, comm_volume_bytes, model_bytes, comm_to_model, sent_bytes_per_device.
+    (with the fp32 master copy under mixed precision), "activations". Its state
+    (`FSDPState`): the step split, peak bytes, bytes sent, and `FSDPSummary` (breakdown
+    at the peak, fits, communication volume against the model's bytes).
     """
     require_workload(workload)
     require_cluster(cluster)
     require_config(config, FSDPConfig)
-    return _Step(workload, cluster, config).run()
+    return FSDPStep(workload, cluster, config).run()
 
 
-class _Step:
-    """The event loop of one step (a class so that the phases read in order)."""
+class FSDPStep:
+    """The event loop of one step (a class so that the phases read in order).
+
+    `hsdp.HSDPStep` extends it: its collectives over a process group (`group`), and
+    `comm`, `optimizer_step` and `finish` overridden for the replicas.
+    """
 
     def __init__(self, workload: Workload, cluster: Cluster, config: FSDPConfig,
                  group: tuple[Cluster, GroupShape] | None = None) -> None:
@@ -143,7 +176,8 @@ class _Step:
         kept = self.forward_sharded() if cfg.stage == 3 else self.forward_replicated()
         self.backward(kept)
         self.optimizer_step(n_params, n_tensors)
-        return self.finish(n_params)
+        self.trace.state = self.finish(n_params)
+        return self.trace
 
     def forward_replicated(self) -> dict[int, float]:
         for u in self.units:
@@ -209,7 +243,12 @@ class _Step:
             for u in self.units:
                 self.comm("all_gather", u.n_params * self.store_p, self.t, u.name)
 
-    def finish(self, n_params: int) -> Trace:
+    def finish(self, n_params: int) -> SimState:
+        """Write the memory samples; return the state `simulate` attaches to the trace."""
+        return self.group_state(n_params)
+
+    def group_state(self, n_params: int) -> FSDPState:
+        """Write the memory samples; the step as this process group ran it."""
         tr, cfg = self.trace, self.cfg
         totals: dict[str, int] = {}
         for time_s, category, delta in sorted(self.deltas, key=lambda d: d[0]):
@@ -219,21 +258,18 @@ class _Step:
         compute_s = tr.busy_s(0, "compute")
         peak_at = tr.memory_at_peak(0)
         model_bytes = n_params * self.p_bytes
-        tr.meta.update({
-            "step_time_s": end,
-            "compute_s": compute_s,
-            "comm_s": tr.busy_s(0, "comm"),
-            "exposed_comm_s": max(0.0, end - compute_s),
-            "peak_bytes": sum(peak_at.values()),
-            "breakdown": peak_at,
-            "fits": sum(peak_at.values()) <= self.cluster.device.memory_bytes,
-            "comm_volume_bytes": self.volume,
-            "model_bytes": model_bytes,
-            "comm_to_model": self.volume / model_bytes if model_bytes else 0.0,
-            "sent_bytes_per_device": int(self.volume * (self.n - 1) / self.n),
-            "samples_per_s": cfg.batch_size * self.n / end if end > 0 else float("inf"),
-        })
-        return tr
+        peak = sum(peak_at.values())
+        return FSDPState(
+            world_size=self.n, batch_size=cfg.batch_size, step_time_s=end,
+            compute_s=compute_s, comm_s=tr.busy_s(0, "comm"),
+            exposed_comm_s=max(0.0, end - compute_s), peak_bytes=peak,
+            sent_bytes_per_device=int(self.volume * (self.n - 1) / self.n),
+            summary=FSDPSummary(
+                stage=cfg.stage, n_units=len(self.units), devices_identical=True,
+                comm_volume_bytes=self.volume, model_bytes=model_bytes,
+                comm_to_model=self.volume / model_bytes if model_bytes else 0.0,
+                breakdown=peak_at, fits=peak <= self.cluster.device.memory_bytes,
+                samples_per_s=cfg.batch_size * self.n / end if end > 0 else float("inf")))
 
 
 def _widths(cfg: FSDPConfig) -> tuple[int, int, int, int, int]:
@@ -246,37 +282,15 @@ def _widths(cfg: FSDPConfig) -> tuple[int, int, int, int, int]:
     return p, g, p, g, g
 
 
-@dataclass(frozen=True)
-class FSDPSummary:
-    """What a simulated FSDP / ZeRO step records besides its StepResult (bytes)."""
-
-    stage: int
-    n_units: int
-    devices_identical: bool  # one representative device stands for all
-    comm_volume_bytes: int  # full-tensor size of every collective, an all-reduce twice
-    model_bytes: int  # parameters in the communication dtype
-    comm_to_model: float  # comm_volume_bytes / model_bytes
-    breakdown: dict[str, int]  # bytes per category at the peak
-    fits: bool  # the peak fits the device's memory
-    samples_per_s: float  # global
-
-
 def summary(trace: Trace) -> FSDPSummary:
     """The FSDP-specific numbers of a trace `simulate` made."""
-    m = require_trace(trace, "fsdp").meta
-    return FSDPSummary(m["stage"], m["n_units"], bool(m["devices_identical"]),
-                       m["comm_volume_bytes"], m["model_bytes"], m["comm_to_model"],
-                       dict(m["breakdown"]), bool(m["fits"]), m["samples_per_s"])
+    return require_state(trace, FSDPState, "fsdp").summary
 
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made: compute, and communication hidden behind it
     or exposed (the time the step is longer than its compute); every device the same."""
-    m = require_trace(trace, "fsdp").meta
-    exposed, n = m["exposed_comm_s"], m["world_size"]
-    return StepResult(m["step_time_s"], m["compute_s"], max(0.0, m["comm_s"] - exposed),
-                      exposed, 0.0, (int(m["peak_bytes"]),) * n,
-                      int(m["sent_bytes_per_device"]), m["batch_size"], n)
+    return require_state(trace, FSDPState, "fsdp").step_result()
 
 
 def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
@@ -286,63 +300,3 @@ def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
     require_config(config, FSDPConfig)
     require_ints("stages", stages, 0, 3)
     return {names[s]: simulate(workload, cluster, replace(config, stage=s)) for s in stages}
-
-
-@dataclass(frozen=True)
-class FSDPStrategy:
-    """One ZeRO stage of FSDP as the planner sees it (implements strategies.base.Strategy)."""
-
-    stage: int  # 1, 2 or 3
-    name: str
-    label: str
-    placement: Placement
-    config_type = FSDPConfig
-
-    def __post_init__(self) -> None:
-        require_int("stage", self.stage, 1, 3)
-        for name in ("name", "label"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; allowed: a "
-                                 "non-empty string")
-        if not isinstance(self.placement, Placement):
-            raise ValueError(f"placement={self.placement!r} is not a Placement; allowed: a "
-                             "strategies.base.Placement")
-    single_node = False
-    max_devices = None
-
-    def split_batch(self, n_devices: int, global_batch: int) -> int:
-        """The same samples on every device."""
-        return split_evenly(n_devices, global_batch)
-
-    def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
-                    optimizer: str, precision: str) -> FSDPConfig:
-        """One unit per layer, prefetch on, this strategy's stage."""
-        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
-        return FSDPConfig(batch_size=batch_per_device, stage=self.stage, precision=precision,
-                          optimizer=optimizer)
-
-    def simulate(self, workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
-        """See `simulate`."""
-        return simulate(workload, cluster, config)
-
-    def step_result(self, trace: Trace) -> StepResult:
-        """See `step_result`."""
-        return step_result(trace)
-
-    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
-        """ZeRO-3: two all-gathers and a reduce-scatter (3 model sizes), 3 latencies per
-        unit (one per layer), hidden behind forward and backward; None for stages 1-2."""
-        require_terms(workload, dtype)
-        if self.stage != 3:
-            return None
-        return CrossoverTerms(3.0, 3 * len(workload.layers), True, "all_gather")
-
-
-ZERO1 = FSDPStrategy(1, "zero1", "ZeRO-1 (optimizer state sharded)", Placement(
-    "parameters, gradients", "optimizer state, the batch", "optimizer state is what does not fit"))
-ZERO2 = FSDPStrategy(2, "zero2", "ZeRO-2 (gradients sharded too)", Placement(
-    "parameters", "gradients, optimizer state, the batch",
-    "gradients + optimizer state do not fit"))
-ZERO3 = FSDPStrategy(3, "fsdp", "FSDP / ZeRO-3", Placement(
-    "nothing", "parameters, gradients, optimizer state, the batch",
-    "the model's states do not fit one device"))

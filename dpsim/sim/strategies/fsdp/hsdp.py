@@ -15,7 +15,7 @@ full 3(W-1)/W M; hybrid 3(F-1)/F M + 2(R-1)/R M/F; none 2(W-1)/W M
 (`hsdp_traffic`). The strategies and F follow the paper; the byte counts are the ring costs
 (`collectives.cost`) of the collectives it names, not numbers quoted from it. (The section
 number is cited from the published paper; its text could not be fetched here to re-check.)
-The simulation is FSDP's unit-by-unit step (`fsdp._Step`) over one
+The simulation is FSDP's unit-by-unit step (`fsdp.step.FSDPStep`) over one
 shard group, with a second comm stream ("replicate") for the all-reduces; the optimizer
 waits for both streams. The two groups are the mesh's (`collectives.group_cost.mesh_shapes`),
 each costed on the links it crosses: the shard group is F ranks of one node (NVLink, NVLS
@@ -25,24 +25,23 @@ network, each rank on its own rail) when F is a node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS, group_time_s, mesh_shapes
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, split_evenly
-from dpsim.sim.strategies.fsdp import FSDPConfig, _Step
+from dpsim.sim.strategies.base import Placement, StepResult, Strategy
+from dpsim.sim.strategies.fsdp.config import FSDPConfig
+from dpsim.sim.strategies.fsdp.step import FSDPState, FSDPStep
 from dpsim.sim.strategies.inputs import (
     MAX_COUNT,
     MAX_DEVICES,
     require_cluster,
     require_config,
-    require_make_config,
-    require_terms,
-    require_trace,
+    require_state,
     require_workload,
 )
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.validation import require_bool, require_choice, require_int
 from dpsim.sim.workload import Workload
 
@@ -128,7 +127,16 @@ def hsdp_traffic(n_params: int, world_size: int, shard_size: int,
     return HSDPTraffic(mode, shard, replicate)
 
 
-class _HSDPStep(_Step):
+@dataclass(frozen=True)
+class HSDPState(SimState):
+    """What `simulate` hands to `step_result` and `traffic_of`."""
+
+    step: FSDPState  # the whole step: both comm streams, every device of the world
+    traffic: HSDPTraffic  # bytes sent per device along each mesh dimension
+    replicate_comm_s: float  # busy time of the replicate stream
+
+
+class HSDPStep(FSDPStep):
     """FSDP's step over one shard group, plus the all-reduces across replicas."""
 
     def __init__(self, workload: Workload, cluster: Cluster, config: HSDPConfig) -> None:
@@ -145,6 +153,7 @@ class _HSDPStep(_Step):
         self.full_cluster = cluster
         self.rep_free = 0.0  # replicate comm stream clock
         self.rep_volume = 0  # all-reduce sizes, counted twice
+        self.shard_size = config.shard_size
         self.trace.meta.update({"strategy": "hsdp", "cluster": cluster.name,
                                 "world_size": cluster.world_size,
                                 "shard_size": config.shard_size, "replicas": self.replicas})
@@ -167,51 +176,43 @@ class _HSDPStep(_Step):
         self.comm_free = max(self.comm_free, self.rep_free)
         super().optimizer_step(n_params, n_tensors)
 
-    def finish(self, n_params: int) -> Trace:
-        tr = super().finish(n_params)
-        r = self.replicas
-        rep_s = tr.busy_s(0, "replicate")
-        shard_sent = tr.meta["sent_bytes_per_device"]
-        tr.meta.update({
-            "comm_s": tr.meta["comm_s"] + rep_s,
-            "replicate_comm_s": rep_s,
-            "shard_sent_bytes": shard_sent,
-            "replicate_sent_bytes": self.rep_volume * (r - 1) // r,
-            "sent_bytes_per_device": shard_sent + self.rep_volume * (r - 1) // r,
-            "samples_per_s": self.cfg.batch_size * self.full_cluster.world_size
-            / tr.meta["step_time_s"] if tr.meta["step_time_s"] > 0 else float("inf"),
-        })
-        return tr
+    def finish(self, n_params: int) -> HSDPState:
+        """The shard group's state, widened to the world and the replicate stream."""
+        group = self.group_state(n_params)
+        r, world = self.replicas, self.full_cluster.world_size
+        rep_s = self.trace.busy_s(0, "replicate")
+        rep_sent = self.rep_volume * (r - 1) // r
+        f = self.shard_size
+        mode = "full" if f == world else "none" if f == 1 else "hybrid"
+        step = replace(
+            group, world_size=world, comm_s=group.comm_s + rep_s,
+            sent_bytes_per_device=group.sent_bytes_per_device + rep_sent,
+            summary=replace(group.summary, samples_per_s=self.cfg.batch_size * world
+                            / group.step_time_s if group.step_time_s > 0 else float("inf")))
+        return HSDPState(step, HSDPTraffic(mode, group.sent_bytes_per_device, rep_sent), rep_s)
 
 
 def simulate(workload: Workload, cluster: Cluster, config: HSDPConfig) -> Trace:
     """One HSDP step on device 0 (every device runs the same schedule).
 
     Streams: "compute", "comm" (shard group), "replicate" (all-reduce across replicas).
-    meta: as `fsdp.simulate`, plus shard_size, replicas, replicate_comm_s,
-    shard_sent_bytes and replicate_sent_bytes.
+    Its state (`HSDPState`): the step as `fsdp.simulate`'s, the bytes sent along each
+    mesh dimension, and the replicate stream's busy time.
     """
     require_workload(workload)
     require_cluster(cluster)
     require_config(config, HSDPConfig)
-    return _HSDPStep(workload, cluster, config).run()
+    return HSDPStep(workload, cluster, config).run()
 
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made (every device the same)."""
-    m = require_trace(trace, "hsdp").meta
-    exposed, n = m["exposed_comm_s"], m["world_size"]
-    return StepResult(m["step_time_s"], m["compute_s"], max(0.0, m["comm_s"] - exposed),
-                      exposed, 0.0, (int(m["peak_bytes"]),) * n,
-                      int(m["sent_bytes_per_device"]), m["batch_size"], n)
+    return require_state(trace, HSDPState, "hsdp").step.step_result()
 
 
 def traffic_of(trace: Trace) -> HSDPTraffic:
     """Bytes sent per device along each mesh dimension in a simulated step."""
-    m = require_trace(trace, "hsdp").meta
-    f, w = m["shard_size"], m["world_size"]
-    mode = "full" if f == w else "none" if f == 1 else "hybrid"
-    return HSDPTraffic(mode, int(m["shard_sent_bytes"]), int(m["replicate_sent_bytes"]))
+    return require_state(trace, HSDPState, "hsdp").traffic
 
 
 PLACEMENT = Placement(
@@ -221,43 +222,33 @@ PLACEMENT = Placement(
 
 
 @dataclass(frozen=True)
-class HSDPStrategy:
+class HSDPStrategy(Strategy[HSDPConfig]):
     """HSDP with shard groups of up to one node, as the planner sees it."""
 
     name: str = "hsdp"
     label: str = "HSDP (shard in a node, replicate across)"
     placement: Placement = PLACEMENT
     config_type = HSDPConfig
-    single_node = False
-    max_devices = None
     node_size: int = 8  # shard_size the planner uses: min(node_size, n_devices)
-
-    def split_batch(self, n_devices: int, global_batch: int) -> int:
-        """The same samples on every device."""
-        return split_evenly(n_devices, global_batch)
 
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> HSDPConfig:
         """Shard over min(node_size, n_devices) devices, or the largest divisor below."""
-        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
+        config = super().make_config(batch_per_device, global_batch, n_devices, optimizer,
+                                     precision)
         f = min(self.node_size, n_devices)
         while n_devices % f:
             f -= 1
-        return HSDPConfig(batch_size=batch_per_device, shard_size=f, precision=precision,
-                          optimizer=optimizer)
+        return replace(config, shard_size=f)
 
     def simulate(self, workload: Workload, cluster: Cluster, config: HSDPConfig) -> Trace:
         """See `simulate`."""
         return simulate(workload, cluster, config)
 
     def step_result(self, trace: Trace) -> StepResult:
-        """See `step_result`."""
+        """See `step_result`; no crossover terms: two groups on two links have no
+        single-link closed form."""
         return step_result(trace)
-
-    def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
-        """None: two groups on two links have no single-link closed form."""
-        require_terms(workload, dtype)
-        return None
 
 
 STRATEGY = HSDPStrategy()

@@ -1,6 +1,6 @@
 """FSDP units: consecutive workload layers wrapped as one unit, costed on one device.
 
-A unit is what FSDP gathers, computes and frees at once; `fsdp.simulate` schedules them.
+A unit is what FSDP gathers, computes and frees at once; `fsdp.step.FSDPStep` schedules them.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.strategies.fsdp_closed_form import FSDPConfig
+from dpsim.sim.strategies.fsdp.config import FSDPConfig
 from dpsim.sim.strategies.inputs import require_cluster, require_config, require_workload
 from dpsim.sim.validation import require_int, require_range
 from dpsim.sim.workload import DTYPE_BYTES, Workload

@@ -1,0 +1,37 @@
+"""FSDP / ZeRO in closed form: the bytes one step communicates.
+
+`fsdp.simulate` runs the step unit by unit; the tests check its communication volume
+against `communication_bytes_per_step`.
+"""
+
+from __future__ import annotations
+
+from dpsim.sim.strategies.inputs import MAX_COUNT, MAX_DEVICES
+from dpsim.sim.validation import require_bool, require_int
+
+MAX_BYTES_PER_PARAM = 16  # fp64 complex; fp32 is 4, bf16 2
+
+
+def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
+                                 bytes_per_param: int = 2,
+                                 reshard_after_forward: bool = True) -> int:
+    """Communication volume per step, in bytes: 3x the model for FSDP, 2x for DDP.
+
+    The volume adds the full-tensor size of every collective, an all-reduce counting
+    twice (it is a reduce-scatter plus an all-gather). Stage 3 all-gathers the parameters
+    in forward and again in backward and reduce-scatters the gradients (3x; 2x without
+    reshard_after_forward); stages 1-2 reduce-scatter gradients and all-gather the updated
+    parameters (2x); stage 0 all-reduces gradients (2x). With a ring each device sends
+    (N-1)/N of the volume. 0 for one device.
+    """
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("world_size", world_size, 1, MAX_DEVICES)
+    require_int("stage", stage, 0, 3)  # one of ZERO_STAGES; refuses True (== 1)
+    require_int("bytes_per_param", bytes_per_param, 1, MAX_BYTES_PER_PARAM)
+    require_bool("reshard_after_forward", reshard_after_forward)
+    if world_size == 1:
+        return 0
+    model = n_params * bytes_per_param
+    if stage == 3 and reshard_after_forward:
+        return 3 * model
+    return 2 * model
