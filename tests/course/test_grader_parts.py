@@ -99,7 +99,8 @@ def test_every_harness_keeps_the_contract() -> None:
                 continue
             module = inspect.getmodule(case.call)
             assert module is not None, ex
-            assert module.__name__.startswith(("dpsim.course.grading.", "dpsim.course.exercises.")), ex
+            assert module.__name__.startswith(
+                ("dpsim.course.grading.", "dpsim.course.exercises.")), ex
             assert getattr(module, case.call.__name__, None) is case.call, ex.exercise_id
 
 
