@@ -31,6 +31,8 @@ def test_copy_holds_the_outputs_nbval_saw_in_order(tmp_path: Path) -> None:
         assert ex.replayed(notebook) is False  # not one of REPLAYED's stems
     finally:
         path.unlink()
+        if not any(path.parent.iterdir()):
+            path.parent.rmdir()
 
 
 def test_replayed_notebooks_exist_and_build_no_widgets() -> None:

@@ -22,8 +22,9 @@ import nbformat
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXECUTED_DIR = REPO_ROOT / "artifacts" / "executed"
-# notebooks/ stems whose real runs are long and whose figures need no kernel.
-REPLAYED = ("10_checkpoints_and_failures",)
+# notebooks/ stems that show no ipywidgets (their figures need no kernel): chapter 10's real
+# runs are the longest of any notebook.
+REPLAYED = ("00_start_here", "04_gil", "10_checkpoints_and_failures")
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 _LOCAL_RUN_ID = uuid.uuid4().hex  # this pytest process's run, when xdist is not in use
 
