@@ -68,8 +68,10 @@ exercises: $(STAMP)
 # a bigger machine, e.g. make test TEST_WORKERS=4; 0 runs everything in this one process).
 # --dist loadfile keeps each file on one worker, so a notebook's nbval cells run in order in
 # one kernel and a module's shared fixture (one launch, one grading run, one JupyterLab)
-# runs once. --no-loadscope-reorder hands out files in collection order, so the longest
-# one, the browser test (tests/browser), starts first instead of last.
+# runs once. --no-loadscope-reorder hands out files in collection order: conftest.py puts
+# the notebooks the browser test replays first (their nbval run writes the executed copies
+# it opens, see tests/support/executed_notebooks.py), then the longest file, the browser
+# test (tests/browser), so that it starts at once instead of last.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts

@@ -106,6 +106,14 @@ class LabServer:
         rel = f"{self.tree_prefix}{notebook.name}"
         return f"{self.base_url}/lab/tree/{rel}?token={self.token}&reset"
 
+    def file_url(self, path: Path) -> str | None:
+        """URL that opens any notebook under the repository (None where the server's root
+        is notebooks/ and `path` lies outside it)."""
+        if self.tree_prefix != "notebooks/":
+            return None
+        rel = path.resolve().relative_to(REPO_ROOT).as_posix()
+        return f"{self.base_url}/lab/tree/{rel}?token={self.token}&reset"
+
     def shutdown_kernels(self, wait: bool = True) -> None:
         """Shut down every kernel session (the next notebook gets the CPU to itself).
 

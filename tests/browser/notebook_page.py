@@ -43,6 +43,7 @@ class NotebookResult:
     notes: list[str] = field(default_factory=list)  # worth reading, not a failure
     checks: list[str] = field(default_factory=list)  # what was verified, in words
     run_s: float | None = None  # Run All Cells -> kernel idle
+    replayed: bool = False  # shown from the nbval run's executed copy, not run here
     first_output_s: float | None = None  # Run All Cells -> first output on the page
     n_code_cells: int = 0
     n_figures: int = 0
@@ -54,6 +55,8 @@ class NotebookResult:
     def summary(self) -> str:
         """One line for the terminal summary."""
         run = f"{self.run_s:.1f} s" if self.run_s is not None else "did not finish"
+        if self.replayed:
+            run = "nbval (outputs replayed)"
         first = f"{self.first_output_s:.1f} s" if self.first_output_s is not None else "-"
         verdict = "ok" if not self.failures else f"{len(self.failures)} problem(s)"
         phases = ", ".join(f"{k} {v:.0f} s" for k, v in self.phase_s.items())
@@ -113,9 +116,10 @@ def _poll(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> 
     return value
 
 
-def open_notebook(nb: NotebookSession) -> str | None:
-    """Load the page and wait for an idle kernel; return a failure sentence or None."""
-    nb.page.goto(nb.server.notebook_url(nb.notebook), wait_until="domcontentloaded")
+def open_notebook(nb: NotebookSession, url: str | None = None) -> str | None:
+    """Load the page (the notebook's, or `url`) and wait for an idle kernel; return a
+    failure sentence or None."""
+    nb.page.goto(url or nb.server.notebook_url(nb.notebook), wait_until="domcontentloaded")
 
     def ready() -> str | None:
         dialog = nb.probe("dialogText")
@@ -448,18 +452,24 @@ def check_notebook(
     notebook: Path,
     shots_dir: Path,
     time_limit_s: float,
+    executed_url: str | None = None,
 ) -> NotebookResult:
-    """Everything above, for one notebook in a new page; the kernel is shut down afterwards."""
-    result = NotebookResult(notebook.name)
+    """Everything above, for one notebook in a new page; the kernel is shut down afterwards.
+
+    With `executed_url` (the nbval run's executed copy of the notebook, see
+    tests/support/executed_notebooks.py) the page shows that copy and nothing is run:
+    its outputs, figures and animations are checked as they are drawn.
+    """
+    result = NotebookResult(notebook.name, replayed=executed_url is not None)
     clock = _PhaseClock(result)
     nb = NotebookSession(context, server, notebook)
     cells: list[dict[str, Any]] = []
     try:
-        failure = open_notebook(nb)
+        failure = open_notebook(nb, executed_url)
         clock.lap("open")
         if failure:
             result.failures.append(failure)
-        elif run_all(nb, result, time_limit_s):
+        elif executed_url is not None or run_all(nb, result, time_limit_s):
             clock.lap("run")
             cells = inspect_outputs(nb, result, SETTLE_S)
             clock.lap("inspect")

@@ -3,16 +3,23 @@
 Run > Run All Cells; then: no cell shows an error, every plotly figure is drawn, the
 ipywidgets render, one slider per dashboard changes its figure, animations play to
 their last frame. Screenshots go to artifacts/screenshots/ (the summary says where).
+
+A notebook in tests/support/executed_notebooks.REPLAYED (long real runs, no widgets) is
+not run a second time when nbval runs it in the same pytest session: the page shows the
+executed copy the nbval run wrote, and the same checks read it.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lab_driver import LabServer, copy_for_docs, notebooks
+
+from tests.support.executed_notebooks import executed_path, replayed, widget_cells
 
 # Run All of one notebook must end within this. Chapter 10 (4-rank process groups) ran in
 # 56 s alone and in 172 s beside the other pytest-xdist worker on 2 cores: 300 s keeps a
@@ -26,6 +33,10 @@ DOCS_SHOTS = {
     "07_choosing_a_strategy": ("dashboard", "strategy_dashboard.png"),
 }
 DOCS_SHOT_MAX_BYTES = 150_000
+# How long the browser test waits for the nbval run (on the other pytest-xdist worker,
+# started first) to write a replayed notebook's executed copy; a copy that does not come
+# fails the test (it has to fit in the test's timeout, NOTEBOOK_LIMIT_S + 150).
+REPLAY_WAIT_S = float(os.environ.get("DPSIM_BROWSER_REPLAY_WAIT_S", "300"))
 _NOTEBOOKS: list[Any] = notebooks() or [
     pytest.param(
         None,
@@ -44,10 +55,13 @@ def test_notebook_in_jupyterlab(
     browser_context: Any,
     shots_dir: Path,
     record_result: Any,
+    request: pytest.FixtureRequest,
 ) -> None:
     from notebook_page import check_notebook
 
-    result = check_notebook(browser_context, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S)
+    executed_url = _executed_copy_url(notebook, lab_server, request.session)
+    result = check_notebook(browser_context, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S,
+                            executed_url)
     record_result(result)
     for note in result.notes:
         print("note:", note)
@@ -70,3 +84,31 @@ def _refresh_docs_screenshot(stem: str, shot_kind: dict[Path, str]) -> None:
     nbytes = shot.stat().st_size
     assert nbytes <= DOCS_SHOT_MAX_BYTES, f"{shot} is {nbytes} bytes, over the README's budget"
     print("docs screenshot:", copy_for_docs(shot, name))
+
+
+def _executed_copy_url(notebook: Path, server: LabServer, session: pytest.Session) -> str | None:
+    """The URL of the nbval run's executed copy of a replayed notebook, or None to run it.
+
+    None where the notebook is not replayed, nbval does not run it in this session, or
+    the server cannot serve artifacts/. The copy is waited for (nbval runs it first, on
+    the other worker); one that does not come, or shows a widget, fails the test.
+    """
+    if not replayed(notebook) or server.file_url(notebook) is None:
+        return None
+    if not any(getattr(i, "cell_num", None) is not None and Path(str(i.path)) == notebook
+               for i in session.items):
+        return None
+    path = executed_path(notebook)
+    deadline = time.monotonic() + REPLAY_WAIT_S
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(1.0)
+    assert path.exists(), (
+        f"{notebook.name}: nbval runs it in this session, but its executed copy {path} did "
+        f"not appear within {REPLAY_WAIT_S:.0f} s (see the nbval cells of {notebook.name})"
+    )
+    widgets = widget_cells(path)
+    assert not widgets, (
+        f"{notebook.name}: code cells {widgets} show ipywidgets, which need a live kernel: "
+        "take it out of tests/support/executed_notebooks.REPLAYED"
+    )
+    return server.file_url(path)

@@ -1,0 +1,85 @@
+"""Executed copies of notebooks: the nbval run writes them, the browser test shows them.
+
+A notebook in `REPLAYED` runs its cells once per suite: nbval runs it (and compares its
+checked outputs); the repository's conftest.py writes what every cell printed and drew
+into `artifacts/executed/<run id>/<name>.ipynb`; the browser test opens that copy in
+JupyterLab instead of running the long real runs a second time, and checks what it
+shows (errors, figures drawn by plotly.js, their ranges and overlaps, screenshots).
+Only notebooks without ipywidgets are replayed: a widget needs the live kernel.
+
+The run id is pytest-xdist's id of the test run (the same in every worker) or, without
+xdist, one made for this pytest process; a copy from an earlier run is never read.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXECUTED_DIR = REPO_ROOT / "artifacts" / "executed"
+# notebooks/ stems that show no ipywidgets (their figures need no kernel): chapter 10's real
+# runs are the longest of any notebook.
+REPLAYED = ("00_start_here", "04_gil", "10_checkpoints_and_failures")
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+_LOCAL_RUN_ID = uuid.uuid4().hex  # this pytest process's run, when xdist is not in use
+
+
+def run_id() -> str:
+    """The id of this test run, the same in every pytest-xdist worker."""
+    return os.environ.get("PYTEST_XDIST_TESTRUNUID") or _LOCAL_RUN_ID
+
+
+def replayed(notebook: Path) -> bool:
+    """Whether the browser test shows `notebook` from the nbval run's executed copy."""
+    return notebook.parent.name == "notebooks" and notebook.stem in REPLAYED
+
+
+def executed_path(notebook: Path, run: str | None = None) -> Path:
+    """Where the executed copy of `notebook` from run `run` (default: this run) lives."""
+    return EXECUTED_DIR / (run or run_id()) / notebook.name
+
+
+def write_executed(notebook: Path, outputs: dict[int, list[Any]]) -> Path:
+    """Write `notebook` with the outputs nbval saw, by code cell number (0, 1, ...).
+
+    A cell with no entry (skipped, or not reached) keeps no output and no count. The
+    file is written under a temporary name and renamed, so a reader never sees half.
+    """
+    nb = nbformat.read(notebook, as_version=4)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    count = 0
+    for k, cell in enumerate(code_cells):
+        if k in outputs:
+            count += 1
+            cell.execution_count = count
+            cell.outputs = [_with_count(o, count) for o in outputs[k]]
+        else:
+            cell.execution_count = None
+            cell.outputs = []
+    target = executed_path(notebook)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    nbformat.write(nb, partial)
+    partial.replace(target)
+    return target
+
+
+def _with_count(output: Any, count: int) -> Any:
+    """An execute_result carries its cell's count (nbval keeps the kernel's)."""
+    if output.get("output_type") == "execute_result":
+        output = nbformat.from_dict({**output, "execution_count": count})
+        output.setdefault("metadata", {})
+    return output
+
+
+def widget_cells(executed: Path) -> list[int]:
+    """Code cell numbers of an executed copy whose outputs hold an ipywidget."""
+    nb = nbformat.read(executed, as_version=4)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    return [k for k, c in enumerate(code_cells)
+            if any(WIDGET_MIME in (o.get("data") or {}) for o in c.outputs)]
