@@ -8,7 +8,7 @@
     a ring all-gather, a ring reduce-scatter, a pipelined ring all-reduce (chunks cut in
     segments) and a binomial-tree broadcast; results are compared with what torch computes
     from the same data here, and the messages with the algorithm's pattern
-    (`p2p_answers`).
+    (`ch02_p2p_answers`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from dpsim.course.exercises.p2p_answers import expected_answer, slips
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.exercises.ch02_p2p_answers import expected_answer, slips
 from dpsim.course.grading.ranks import run_on_ranks
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.collectives.cost import bytes_sent_per_rank
 from dpsim.sim.collectives.ring import chunk_bounds, ring_all_reduce_steps
 

@@ -2,7 +2,8 @@
 
 How a chapter adds exercises
 ----------------------------
-1. Write `dpsim/grading/chNN.py` (found automatically: any module named `ch` + digits).
+1. Write `dpsim/course/exercises/chNN.py` (found automatically: every module named `chNN`
+   or `chNN_<topic>` belongs to chapter NN; `registry` imports them all on first use).
    For each exercise, decorate a function that takes a seeded `random.Random` and yields
    `Case`s: the input in words (`label`), the arguments, the right answer (from the
    dpsim library and, where possible, from real tensors), and the answers typical
@@ -12,7 +13,7 @@ How a chapter adds exercises
 
        import random
        from collections.abc import Iterator
-       from dpsim.course.grading.core import Case, exercise
+       from dpsim.course.grading.registry import Case, exercise
 
        @exercise("2.1", function="shard_sizes", title="Split a batch", points=1)
        def _shard_sizes_cases(rng: random.Random) -> Iterator[Case]:
@@ -69,17 +70,19 @@ notebook counts; README "For instructors" says what it defends against.
 """
 
 from dpsim.course.grading.core import (
-    Case,
     CheckResult,
-    Exercise,
     ExerciseFailed,
     GraderError,
+    check,
+    run_check,
+)
+from dpsim.course.grading.registry import (
+    Case,
+    Exercise,
     all_exercises,
     chapter_exercises,
-    check,
     exercise,
     get_exercise,
-    run_check,
     student_seed,
 )
 
