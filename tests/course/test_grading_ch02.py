@@ -18,8 +18,8 @@ from dpsim.course.exercises.ch02_p2p_answers import (
     ring_final,
     slips,
 )
+from dpsim.course.exercises.ch02_ranks import launch_jobs, per_rank, rank_data
 from dpsim.course.grading import Case, check, compare, core, run_check
-from dpsim.course.grading.ranks import launch_jobs, per_rank, rank_data
 from dpsim.sim.collectives.cost import bytes_sent_per_rank
 
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from dpsim.course.grading.rank_specs import join, run_specs
+from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.strategies.ddp import GradTensor, MiB, build_buckets
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from dpsim.course.exercises.ch05 import torch_bucket_sizes
 from dpsim.course.exercises.ch05_buckets import make_model
-from dpsim.course.grading.rank_specs import join, run_specs
+from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
 
 # all-reduce sums in another order than one process: float32 gradients of size ~0.1 differ
