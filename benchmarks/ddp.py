@@ -69,12 +69,12 @@ def _configs() -> list[Any]:
 
 def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
     """Calibrate this machine on every rank at once, then time plain DDP steps per config."""
-    from dpsim.labs.ch01_single_device.calibrate import (
-        calibrate_device,
+    from dpsim.labs.ch01_single_device.calibrate import calibrate_device, measure_local_step_s
+    from dpsim.labs.ch05_ddp.ddp_recorder import (
         measure_ddp_step_overhead_s,
-        measure_local_step_s,
+        measure_link,
+        record_rank,
     )
-    from dpsim.labs.ch05_ddp.ddp_recorder import measure_link, record_rank
     from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
 
     link = measure_link()

@@ -5,9 +5,9 @@ notebook, starts the sandbox that `check()` runs the learner's functions in, so 
 start-up (importing torch) overlaps the learner's reading instead of the first check.
 """
 
-from dpsim.course.grading.core import _use_sandbox, check
+from dpsim.course.grading.core import check, use_sandbox
 
-if _use_sandbox():
+if use_sandbox():
     from dpsim.course.grading.sandbox import shared
 
     shared().start()

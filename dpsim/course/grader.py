@@ -37,16 +37,15 @@ import nbformat
 
 from dpsim.course.build import CHECK_CALL
 from dpsim.course.grading import processes, results
-from dpsim.course.grading.core import (
+from dpsim.course.grading.core import GraderError, check_blob
+from dpsim.course.grading.kernel import Limits, run_notebook
+from dpsim.course.grading.registry import (
     Exercise,
-    GraderError,
     all_exercises,
     chapter_exercises,
-    check_blob,
     get_exercise,
     student_seed,
 )
-from dpsim.course.grading.kernel import Limits, run_notebook
 from dpsim.course.grading.results import ExerciseGrade, NotebookGrade
 from dpsim.course.grading.sandbox import Sandbox
 from dpsim.course.grading.trusted_copy import TrustedCopy, fresh_copy, remove_tree

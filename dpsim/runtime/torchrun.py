@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dpsim.runtime.launch.ports import _loopback_ifname
+from dpsim.runtime.launch.ports import loopback_ifname
 
 
 def torchrun_command() -> list[str]:
@@ -25,7 +25,7 @@ def torchrun_command() -> list[str]:
 def loopback_env(pythonpath: Path) -> dict[str, str]:
     """This environment with gloo and the rendezvous on loopback, `pythonpath` first."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    ifname = _loopback_ifname()  # "lo" on Linux, "lo0" on macOS; unset where none is found
+    ifname = loopback_ifname()  # "lo" on Linux, "lo0" on macOS; unset where none is found
     if ifname is not None:
         env["GLOO_SOCKET_IFNAME"] = ifname
     env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")]

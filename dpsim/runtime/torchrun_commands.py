@@ -11,13 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dpsim.runtime.launch.ports import _loopback_ifname, free_port
+from dpsim.runtime.launch.ports import free_port, loopback_ifname
 from dpsim.sim.validation import require_int
 
 
 def loopback_interface() -> str | None:
     """This machine's loopback interface ("lo" on Linux, "lo0" on macOS), or None."""
-    return _loopback_ifname()
+    return loopback_ifname()
 
 
 def env_prefix(ifname: str | None) -> str:

@@ -291,7 +291,7 @@ def test_1_4_and_1_5_wrong_answers_are_caught(exercise_id: str, fn: Callable[...
 
 def test_1_4_tolerance_separates_bf16_from_fp32() -> None:
     """Every 1.4 case: the float32 step lies far outside the tolerance of the bf16 one."""
-    from dpsim.course.exercises.autocast_checkpoint import GAP_FACTOR, STEP_ABS_TOL, torch_step
+    from dpsim.course.exercises.ch01_autocast_checkpoint import GAP_FACTOR, STEP_ABS_TOL, torch_step
 
     for case in get_exercise("1.4").cases():
         fp32 = torch_step(*case.args, dtype=None)

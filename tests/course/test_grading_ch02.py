@@ -12,9 +12,14 @@ import torch.distributed as dist
 from torch.distributed import irecv as imported_irecv
 from torch.distributed import isend as imported_isend
 
-from dpsim.course.exercises.p2p_answers import binomial_tree, expected_answer, ring_final, slips
+from dpsim.course.exercises.ch02_p2p_answers import (
+    binomial_tree,
+    expected_answer,
+    ring_final,
+    slips,
+)
+from dpsim.course.exercises.ch02_ranks import launch_jobs, per_rank, rank_data
 from dpsim.course.grading import Case, check, compare, core, run_check
-from dpsim.course.grading.ranks import launch_jobs, per_rank, rank_data
 from dpsim.sim.collectives.cost import bytes_sent_per_rank
 
 

@@ -162,7 +162,7 @@ def test_3_5_wrong_answers_are_caught(slip: str, hint: str) -> None:
 
 def test_3_5_reference_is_torch_on_one_device() -> None:
     """Every 3.5 case's expected outputs and gradients are one device's, within the tolerance."""
-    from dpsim.course.exercises.dp_forward import ABS_TOL, build
+    from dpsim.course.exercises.ch03_dp_forward import ABS_TOL, build
     from dpsim.course.grading import get_exercise
 
     for case in get_exercise("3.5").cases():

@@ -279,7 +279,7 @@ def test_5_5_all_reduces_launched_after_backward_are_caught() -> None:
 
 
 def test_5_5_stub_says_not_done_without_starting_ranks() -> None:
-    from dpsim.course.grading.rank_specs import stub_message
+    from dpsim.course.grading.ranks import stub_message
 
     assert "not done yet" in (run_check("5.5", stub).message or "")
     assert stub_message(attach_buckets) is None

@@ -86,15 +86,15 @@ def test_8_3_reference_is_the_myths_lab_prediction() -> None:
 
 def test_torch_joins_a_group_without_a_barrier_so_the_check_adds_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """`rank_specs.join` barriers before it destroys a check's group because torch's
+    """`ranks.join` barriers before it destroys a check's group because torch's
     init_process_group does not (unless TORCH_DIST_INIT_BARRIER=1): a rank whose function
     does no collective would otherwise close its side while a peer is still joining."""
     import inspect
 
     from torch.distributed import distributed_c10d
 
-    from dpsim.course.grading import rank_specs
+    from dpsim.course.grading import ranks
 
     monkeypatch.delenv("TORCH_DIST_INIT_BARRIER", raising=False)
     assert distributed_c10d._is_barrier_after_init() == 0
-    assert "dist.barrier()" in inspect.getsource(rank_specs.join)
+    assert "dist.barrier()" in inspect.getsource(ranks.join)

@@ -16,11 +16,13 @@ from dpsim.course.grading import (
     all_exercises,
     chapter_exercises,
     check,
-    core,
     exercise,
     get_exercise,
+    registry,
     run_check,
 )
+from dpsim.course.grading.compare import is_number, plain_value
+from dpsim.course.grading.registry import chapter_modules
 
 
 def _add_cases(rng: random.Random) -> Iterator[Case]:
@@ -35,7 +37,7 @@ def toy() -> Iterator[str]:
     """A throwaway exercise 99.1: add two numbers."""
     exercise("99.1", function="add", title="Add two numbers")(_add_cases)
     yield "99.1"
-    core._REGISTRY.pop("99.1", None)
+    registry._REGISTRY.pop("99.1", None)
 
 
 def answer_hidden(result: CheckResult) -> bool:
@@ -43,8 +45,8 @@ def answer_hidden(result: CheckResult) -> bool:
     assert result.message is not None
     body = result.message.replace(result.failed_label or "", "")
     body = re.sub(r"\(\d+ of \d+ cases passed\)", "", body)
-    expected = core._plain(result.expected)
-    if not core._is_number(expected):
+    expected = plain_value(result.expected)
+    if not is_number(expected):
         return str(expected) not in body
     return re.search(rf"(?<![\w.]){re.escape(str(expected))}(?![\w.])", body) is None
 
@@ -171,6 +173,17 @@ def test_registry_discovers_the_chapter_modules() -> None:
     assert [ex.exercise_id for ex in chapter_exercises(1)][:3] == ["1.1", "1.2", "1.3"]
     assert len({ex.function for ex in EXERCISES}) == len(EXERCISES), "function names repeat"
     assert sorted(IDS, key=lambda i: tuple(map(int, i.split(".")))) == IDS
+
+
+def test_every_module_of_a_chapter_is_found_by_its_name() -> None:
+    """chNN and chNN_<topic> modules are chapter NN's: none needs another to import it."""
+    package = "dpsim.course.exercises"
+    assert chapter_modules(5) == [f"{package}.ch05", f"{package}.ch05_buckets",
+                                  f"{package}.ch05_train"]
+    assert f"{package}.ch01_autocast_checkpoint" in chapter_modules(1)
+    assert f"{package}.ch03_dp_forward" in chapter_modules(3)
+    assert not any(m.startswith(f"{package}.ch1") for m in chapter_modules(1))
+    assert {"1.4", "1.5", "3.5", "5.4", "5.5", "6.5", "6.6"} <= set(IDS)
 
 
 @pytest.mark.parametrize("exercise_id", IDS)

@@ -171,7 +171,7 @@ def test_module_function_all_reduce_with_args_kwargs_env() -> None:
     assert {o["world"] for o in out} == {2}
     assert [o["rank_env"] for o in out] == ["0", "1"]
     assert {o["extra"] for o in out} == {"x"}
-    assert {o["ifname"] for o in out} == {launch_ports._loopback_ifname()}
+    assert {o["ifname"] for o in out} == {launch_ports.loopback_ifname()}
     _assert_no_ranks_left(last_pids())
 
 
@@ -198,7 +198,7 @@ def test_closure_on_one_rank_prints_and_uses_dataloader_workers(capfd: pytest.Ca
 
 @pytest.mark.slow
 def test_user_env_keeps_its_gloo_ifname() -> None:
-    ifname = launch_ports._loopback_ifname()
+    ifname = launch_ports.loopback_ifname()
     if ifname is None:
         pytest.skip("no loopback interface name on this platform")
     got = launch(lambda r, w: os.environ["GLOO_SOCKET_IFNAME"], 1,
@@ -472,7 +472,7 @@ def test_timeout_state_read_from_a_stack() -> None:
           File "/home/me/train.py", line 12 in step
           File "/home/me/train.py", line 30 in work
           File "/x/dpsim/runtime/launch/rank.py", line 150 in _run_fn
-          File "/x/dpsim/runtime/launch/rank.py", line 90 in _rank_main
+          File "/x/dpsim/runtime/launch/rank.py", line 90 in rank_main
         """)
     assert rank_state(0, dump, {0, 1}, 2) == (
         "in a collective: blocked in barrier (torch.distributed), called from "
@@ -577,7 +577,7 @@ def test_store_never_falls_back_to_every_interface(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(dist, "TCPStore", refusing_store)
     with pytest.raises(launch_ports.StoreBindError, match="every interface"):
-        launch_ports._start_store("127.0.0.1", 2, 5.0)
+        launch_ports.start_store("127.0.0.1", 2, 5.0)
     assert len(made) == 1
     assert "master_listen_fd" in made[0]
 
@@ -585,7 +585,7 @@ def test_store_never_falls_back_to_every_interface(monkeypatch: pytest.MonkeyPat
 def test_store_listens_on_loopback_only() -> None:
     import psutil
 
-    store, address, port = launch_ports._start_store("127.0.0.1", 1, 5.0)
+    store, address, port = launch_ports.start_store("127.0.0.1", 1, 5.0)
     listening = [c.laddr for c in psutil.net_connections("tcp")
                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
     assert address == "127.0.0.1"

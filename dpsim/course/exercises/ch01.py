@@ -1,5 +1,5 @@
 """Chapter 1 exercises: memory of single-device training (1.1 to 1.3 here; 1.4, a step
-under autocast, and 1.5, activation checkpointing, in `autocast_checkpoint`).
+under autocast, and 1.5, activation checkpointing, in `ch01_autocast_checkpoint`).
 
 Reference answers come from `dpsim.sim.cost.memory` and `dpsim.sim.workload`, and each is confirmed
 on real tensors while the cases are built (a disagreement is a bug in dpsim, raised as
@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpsim.course.exercises import autocast_checkpoint as autocast_checkpoint  # 1.4, 1.5
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.measure import optimizer_tensors, saved_tensors, storage_bytes
 from dpsim.sim.cost.memory import max_batch_size, model_state_bytes

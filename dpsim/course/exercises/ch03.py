@@ -1,5 +1,5 @@
 """Chapter 3 exercises: DataParallel's scatter and gather, and device 0's extra memory
-(3.5, DataParallel's whole forward by hand, is in `dp_forward`).
+(3.5, DataParallel's whole forward by hand, is in `ch03_dp_forward`).
 
 Reference answers come from torch itself (`Tensor.chunk`, `torch.cat`) and from
 `dpsim.sim.strategies.dp`; each is cross-checked while the cases are built (a disagreement
@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
-from dpsim.course.exercises import dp_forward as dp_forward  # registers 3.5
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.models import mlp
 from dpsim.sim.strategies.dp import DPConfig, device0_extra_bytes, scatter_sizes

@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.cost.gil import (
     DEFAULT_SWITCH_INTERVAL_S,
     GILConfig,

@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import join, run_specs
+from dpsim.course.grading.ranks import join, run_specs
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.strategies.ddp import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------
@@ -234,7 +234,3 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
                            _walk(sizes[::-1], (int(first * 1e6), int(cap * 1e6))),
                    })
 
-
-# 5.4 and 5.5 live in their own modules; importing them registers them with this chapter
-from dpsim.course.exercises import ch05_buckets as ch05_buckets  # noqa: E402
-from dpsim.course.exercises import ch05_train as ch05_train  # noqa: E402

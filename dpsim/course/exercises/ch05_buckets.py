@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import linear_stack, run_specs
+from dpsim.course.grading.ranks import linear_stack, run_specs
+from dpsim.course.grading.registry import Case, exercise
 
 STEPS = 2  # two steps: the hooks must start over after finish()
 LR = 0.1
@@ -67,7 +67,7 @@ def reference_params(widths: list[int], seed: int, world_size: int, scale: float
 def _bucket_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
                    init_method: str, path: str) -> dict[str, Any]:
     """On a real rank: STEPS training steps with the learner's hooks; events in order."""
-    from dpsim.course.grading.rank_specs import join
+    from dpsim.course.grading.ranks import join
 
     model = make_model(spec["widths"], spec["seed"])
     events: list[str] = []

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from dpsim.course.exercises.ch05 import sampler_indices
-from dpsim.course.grading.core import Case, exercise
-from dpsim.course.grading.rank_specs import run_specs
+from dpsim.course.grading.ranks import run_specs
+from dpsim.course.grading.registry import Case, exercise
 
 # float32 parameters of size ~0.1-1 after a few SGD steps: the ranks sum their gradients in
 # another order than one process does, which moves the result by ~1e-7; 1e-5 is 100x that

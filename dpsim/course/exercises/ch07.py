@@ -13,7 +13,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.hardware import CLUSTERS
 from dpsim.sim.planner import POWERS_OF_TWO, PlanResult, plan
 from dpsim.sim.strategies.registry import names

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.registry import Case, exercise
 
 ON_META = "still on the meta device"
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from dpsim.course.grading.core import Case, exercise
+from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.strategies.fsdp.hsdp import hsdp_traffic
 
 # --- 10.1 a checkpoint that resumes exactly ------------------------------------------------

@@ -2,7 +2,8 @@
 
 How a chapter adds exercises
 ----------------------------
-1. Write `dpsim/grading/chNN.py` (found automatically: any module named `ch` + digits).
+1. Write `dpsim/course/exercises/chNN.py` (found automatically: every module named `chNN`
+   or `chNN_<topic>` belongs to chapter NN; `registry` imports them all on first use).
    For each exercise, decorate a function that takes a seeded `random.Random` and yields
    `Case`s: the input in words (`label`), the arguments, the right answer (from the
    dpsim library and, where possible, from real tensors), and the answers typical
@@ -12,7 +13,7 @@ How a chapter adds exercises
 
        import random
        from collections.abc import Iterator
-       from dpsim.course.grading.core import Case, exercise
+       from dpsim.course.grading.registry import Case, exercise
 
        @exercise("2.1", function="shard_sizes", title="Split a batch", points=1)
        def _shard_sizes_cases(rng: random.Random) -> Iterator[Case]:
@@ -34,15 +35,18 @@ How a chapter adds exercises
    - Cases are built in the grader's process; only `args`/`kwargs` (plain data, tensors,
      modules: anything pickle carries) travel to the sandbox. `expected`, `mistakes`,
      `label` and `explain` never leave the grader's process.
-   - `Case.call`, when set, must be a module-level function of a `dpsim.course.grading`
-     module (pickled by reference), called in the sandbox as `call(fn, *args, **kwargs)`.
+   - `Case.call`, when set, must be a module-level function of a chapter module or of
+     `dpsim.course.grading` (pickled by reference), called in the sandbox as
+     `call(fn, *args, **kwargs)`.
      It may launch gloo ranks with `dpsim.runtime.launch`, may cache one launch for all
      cases of the exercise (keyed on the function object: all cases of one exercise run
      in one sandbox process), must not call a forbidden name itself, and returns plain
      data: numbers, strings, None, lists and dicts of those, tensors (sent as nested
      lists). Decide right or wrong in the grader, never in the harness: a harness runs
-     beside the learner's code, which can change it. See `ranks.run_on_ranks` (chapter 2) and
-     `ch05.run_average`, whose expected tensors the grader computes itself.
+     beside the learner's code, which can change it. `ranks.run_specs` runs a harness on
+     real gloo ranks, one launch for every case; see `ch05.run_average`, whose expected
+     tensors the grader computes itself, and `ch02_ranks.run_on_ranks` (every message
+     counted).
    - `Case.explain(answer)` (optional, runs in the grader on the plain answer) returns a
      hint, or None for the usual ones (`mistakes`, then "too large"/"too small").
    - Cases depend only on the seeded `rng` (and torch's seeded RNG): `Exercise.cases(seed)`
@@ -69,17 +73,19 @@ notebook counts; README "For instructors" says what it defends against.
 """
 
 from dpsim.course.grading.core import (
-    Case,
     CheckResult,
-    Exercise,
     ExerciseFailed,
     GraderError,
+    check,
+    run_check,
+)
+from dpsim.course.grading.registry import (
+    Case,
+    Exercise,
     all_exercises,
     chapter_exercises,
-    check,
     exercise,
     get_exercise,
-    run_check,
     student_seed,
 )
 

@@ -139,7 +139,7 @@ def serve() -> None:
     import torch
 
     import dpsim.runtime.launch  # noqa: F401  (harnesses launch ranks)
-    from dpsim.course.grading.core import all_exercises
+    from dpsim.course.grading.registry import all_exercises
 
     torch.set_num_threads(1)  # a thread pool used before fork would hang the children
     all_exercises()  # every chapter module and the harnesses it defines

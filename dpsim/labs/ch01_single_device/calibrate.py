@@ -19,7 +19,7 @@ import torch
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.device import synchronize
 from dpsim.runtime.machine import gpu_device
-from dpsim.sim.hardware import Device, Link, cpu_device
+from dpsim.sim.hardware import Device, cpu_device
 from dpsim.sim.validation import require_finite, require_int
 
 WARMUP = 3  # untimed calls before the timed repeats (allocator, caches, lazy init)
@@ -215,33 +215,6 @@ def calibrate_device(device: torch.device | str = "cpu", quick: bool = True) -> 
     return replace(base, name=f"{base.name} (calibrated)", fp32_tflops=tflops,
                    bf16_tflops=max(tflops, base.bf16_tflops if dev.type == "cuda" else tflops),
                    mem_bw_GBps=bw, op_overhead_us=overhead, efficiency=1.0)
-
-
-def measure_ddp_step_overhead_s(rank: int, world_size: int, device: Device, link: Link,
-                                steps: int = 40) -> float:
-    """Seconds per step DDP's host work adds beyond what dpsim.sim.strategies.ddp simulates.
-
-    Call on every rank of a gloo group. A tiny model (one hidden layer of 4, batch 2:
-    compute and bytes ~ 0) trains `steps` DDP steps; the fastest step of rank 0 minus the
-    simulated one (calibrated `device` and `link`) is the per-step work of DDP itself
-    (its forward and backward bookkeeping in Python and the reducer), broadcast to every
-    rank. Clamped at 0.
-    """
-    import torch.distributed as dist
-
-    from dpsim.labs.ch05_ddp.ddp_recorder import DDPRecording, record_rank
-    from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig
-    from dpsim.sim.strategies.ddp import step_result
-
-    require_int("steps", steps, 1, 10_000)
-    tiny = DDPRunConfig(hidden=4, depth=1, n_features=4, n_samples=64, batch_size=2,
-                        steps=steps, progress=False)
-    run = record_rank(rank, world_size, tiny, record=False)
-    predicted = step_result(DDPRecording(tiny, [run] * world_size).predict(
-        device, link, step_overhead_s=0.0)).step_s
-    extra = torch.tensor([max(min(run.step_times_s) - predicted, 0.0)], dtype=torch.float64)
-    dist.broadcast(extra, 0)
-    return float(extra.item())
 
 
 def measure_local_step_s(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,

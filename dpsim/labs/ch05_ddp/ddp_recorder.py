@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dpsim.labs.ch01_single_device.calibrate import calibrate_device
 from dpsim.labs.ch02_collectives.calibrate_links import LINK_SIZES as LINK_SIZES
 from dpsim.labs.ch02_collectives.calibrate_links import measure_link as measure_link
 from dpsim.labs.ch05_ddp.ddp_train import (
@@ -38,7 +39,14 @@ from dpsim.runtime.ddp_step_recorder import step_events as step_events
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.sim.cost.compute_contention import comm_overlaps_compute
 from dpsim.sim.hardware import Cluster, Device, Link
-from dpsim.sim.strategies.ddp import Bucket, DDPConfig, build_buckets, grad_tensors, simulate
+from dpsim.sim.strategies.ddp import (
+    Bucket,
+    DDPConfig,
+    build_buckets,
+    grad_tensors,
+    simulate,
+    step_result,
+)
 from dpsim.sim.trace import Event, Trace
 from dpsim.sim.validation import require_int
 from dpsim.sim.workload import Workload
@@ -108,11 +116,6 @@ def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
     device = link = None
     overhead_s = 0.0
     if calibrate:
-        from dpsim.labs.ch01_single_device.calibrate import (
-            calibrate_device,
-            measure_ddp_step_overhead_s,
-        )
-
         link = measure_link()
         device = calibrate_device("cpu")
         overhead_s = measure_ddp_step_overhead_s(rank, world_size, device, link)
@@ -192,7 +195,7 @@ class DDPRecording:
         `overlap`: whether the all-reduces run behind backward; None: `overlaps(device)`
         (all ranks on one host, as `record_ddp` launches them). `step_overhead_s`: DDP's
         host work per step that dpsim.sim.strategies.ddp does not model (seconds; None: what
-        the run calibrated, `calibrate.measure_ddp_step_overhead_s`), added at the end.
+        the run calibrated, `measure_ddp_step_overhead_s`), added at the end.
         """
         device = device or self.ranks[0].device
         link = link or self.ranks[0].link
@@ -216,6 +219,27 @@ class DDPRecording:
             trace.add(Event(0, "compute", "ddp_host", end, end + extra, label="DDP host work"))
             trace.meta["step_time_s"] = end + extra
         return trace
+
+
+def measure_ddp_step_overhead_s(rank: int, world_size: int, device: Device, link: Link,
+                                steps: int = 40) -> float:
+    """Seconds per step DDP's host work adds beyond what dpsim.sim.strategies.ddp simulates.
+
+    Call on every rank of a gloo group. A tiny model (one hidden layer of 4, batch 2:
+    compute and bytes ~ 0) trains `steps` DDP steps; the fastest step of rank 0 minus the
+    simulated one (calibrated `device` and `link`) is the per-step work of DDP itself
+    (its forward and backward bookkeeping in Python and the reducer), broadcast to every
+    rank. Clamped at 0.
+    """
+    require_int("steps", steps, 1, 10_000)
+    tiny = DDPRunConfig(hidden=4, depth=1, n_features=4, n_samples=64, batch_size=2,
+                        steps=steps, progress=False)
+    run = record_rank(rank, world_size, tiny, record=False)
+    predicted = step_result(DDPRecording(tiny, [run] * world_size).predict(
+        device, link, step_overhead_s=0.0)).step_s
+    extra = torch.tensor([max(min(run.step_times_s) - predicted, 0.0)], dtype=torch.float64)
+    dist.broadcast(extra, 0)
+    return float(extra.item())
 
 
 def record_ddp(cfg: DDPRunConfig | None = None, world_size: int = 2, *, warmup: int = 3,

@@ -129,7 +129,10 @@ def measure_shards(model: nn.Module, optimizer: torch.optim.Optimizer, padded: b
                            local_bytes(states, False))
 
 
-def _batches(steps: int, global_batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def training_batches(steps: int, global_batch: int, seed: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`steps` global batches of the chapter's data, end to end: x (steps * global_batch,
+    IN_FEATURES) float32 and y (steps * global_batch,) int64, fixed by `seed`."""
     from dpsim.runtime.data import classification
 
     data = classification(steps * global_batch, IN_FEATURES, N_CLASSES, seed=seed)
@@ -143,7 +146,7 @@ def train_one_process(model_name: str, steps: int, global_batch: int, lr: float,
 
     model = build_model(model_name, seed)
     opt = build_optimizer("adam", model.parameters(), lr)
-    x, y = _batches(steps, global_batch, seed)
+    x, y = training_batches(steps, global_batch, seed)
     losses = []
     for step in range(steps):
         sl = slice(step * global_batch, (step + 1) * global_batch)
@@ -174,7 +177,7 @@ def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), st
         shapes = param_shapes(model)
         shard(model.to(device), mesh)
         opt = build_optimizer("adam", model.parameters(), lr)
-        x, y = _batches(steps, batch_size * world_size, seed)
+        x, y = training_batches(steps, batch_size * world_size, seed)
         losses: list[float] = []
         trace: Trace | None = None
         cuda_stats: dict[str, int] | None = None

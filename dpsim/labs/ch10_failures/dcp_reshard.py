@@ -23,11 +23,11 @@ import torch
 from torch import nn
 
 from dpsim.labs.ch06_fsdp.fsdp_train import (
-    _batches,
     build_model,
     param_shapes,
     shard,
     train_one_process,
+    training_batches,
 )
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 from dpsim.sim.validation import require_int, require_range
@@ -44,7 +44,7 @@ ADAM_STATES = 2  # exp_avg and exp_avg_sq, each the shape of its parameter
 def _train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, world_size: int,
            steps: range, global_batch: int, seed: int, total_steps: int) -> list[float]:
     """Train `steps` (global step numbers) on this rank's slice of every global batch."""
-    x, y = _batches(total_steps, global_batch, seed)
+    x, y = training_batches(total_steps, global_batch, seed)
     per = global_batch // world_size
     losses = []
     for step in steps:
@@ -224,6 +224,6 @@ def inference_max_diff(path: str, reference: dict[str, torch.Tensor], seed: int 
     exported, ref = build_model(MODEL, seed), build_model(MODEL, seed)
     exported.load_state_dict(state)
     ref.load_state_dict(reference)
-    x, _ = _batches(1, n, seed + 99)
+    x, _ = training_batches(1, n, seed + 99)
     with torch.no_grad():
         return float((exported(x) - ref(x)).abs().max())

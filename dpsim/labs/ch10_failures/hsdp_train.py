@@ -19,12 +19,12 @@ import torch
 from torch import nn
 
 from dpsim.labs.ch06_fsdp.fsdp_train import (
-    _batches,
     blocks_of,
     build_model,
     param_shapes,
     shard,
     train_one_process,
+    training_batches,
 )
 from dpsim.sim.cost.fsdp_shards import fsdp_padded_shard_numel, fsdp_rank_bytes
 from dpsim.sim.validation import require_int
@@ -94,7 +94,7 @@ def hsdp_rank(rank: int, world_size: int, replicate: int, steps: int, global_bat
     shapes = param_shapes(model)
     shard(model, mesh)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    x, y = _batches(steps, global_batch, seed)
+    x, y = training_batches(steps, global_batch, seed)
     per = global_batch // world_size
     log: list[tuple[str, str, int]] = []
     dims = {"replicate": mesh.get_group("replicate"), "shard": mesh.get_group("shard")}

@@ -107,7 +107,7 @@ def _timeout_hint(states: Iterable[str]) -> str:
             "raise timeout_s if the work is only slow.")
 
 
-def _describe_exit(exitcode: int | None) -> str:
+def describe_exit(exitcode: int | None) -> str:
     """Human words for a process exit code (negative = killed by that signal)."""
     if exitcode is None:
         return "its process ended (exit code unknown) before returning a result"

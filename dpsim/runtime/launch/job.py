@@ -15,17 +15,17 @@ from typing import Any
 from dpsim.runtime.launch.backend import BACKENDS, choose_backend
 from dpsim.runtime.launch.errors import LaunchTimeoutError, RankFailedError
 from dpsim.runtime.launch.pickling import describe_unpicklable
-from dpsim.runtime.launch.ports import _is_loopback, _loopback_ifname, _start_store
+from dpsim.runtime.launch.ports import is_loopback, loopback_ifname, start_store
 from dpsim.runtime.launch.rank import (
-    _RANK_NAME_PREFIX,
-    _interactive_sources,
-    _rank_main,
-    _RankSpec,
-    _skip_main_reimport,
+    RANK_NAME_PREFIX,
+    RankSpec,
+    interactive_sources,
+    rank_main,
+    skip_main_reimport,
 )
 from dpsim.runtime.launch.start import launcher_stdio, start_context, start_method
 from dpsim.runtime.launch.states import joined_ranks, rank_state
-from dpsim.runtime.launch.supervise import _collect, _read_stacks, _stop, _trim_stack
+from dpsim.runtime.launch.supervise import collect, read_stacks, stop, trim_stack
 from dpsim.sim.validation import require_choice, require_int, require_range
 
 __all__ = ["MAX_WORLD_SIZE", "last_pids", "launch"]
@@ -95,7 +95,7 @@ def launch(
     user_env = _check_env(env)
     payload = _ship(fn, args, kwargs)
     resolved = choose_backend(backend, world_size)
-    sources = _interactive_sources()
+    sources = interactive_sources()
     base_env = _network_env(master_addr, resolved)
     base_env.update(user_env)
     method = start_method(user_env)
@@ -107,7 +107,7 @@ def launch(
     if method == "forkserver":  # the fork server's environment is frozen when it starts
         base_env = {**os.environ, **base_env}
     ctx = start_context(method)
-    _skip_main_reimport()
+    skip_main_reimport()
     job = _Job(
         ctx=ctx, payload=payload, world_size=world_size, backend=resolved,
         master_addr=master_addr, timeout_s=timeout_s, env=base_env, num_threads=num_threads,
@@ -158,8 +158,8 @@ def _ship(fn: Callable[..., Any], args: Any, kwargs: Mapping[str, Any] | None) -
 def _network_env(master_addr: str, backend: str) -> dict[str, str]:
     """Pin gloo (and nccl) to the loopback interface when the rendezvous is on loopback."""
     env: dict[str, str] = {}
-    if _is_loopback(master_addr):
-        ifname = _loopback_ifname()
+    if is_loopback(master_addr):
+        ifname = loopback_ifname()
         if ifname is not None:
             env["GLOO_SOCKET_IFNAME"] = ifname
             if backend == "nccl":
@@ -228,8 +228,8 @@ class _Job:
 
     def run(self, deadline: float) -> list[Any]:
         """Start all ranks, wait until `deadline` (time.monotonic s), stop them, return."""
-        store, store_host, store_port = _start_store(self.master_addr, self.world_size,
-                                                     self.timeout_s)
+        store, store_host, store_port = start_store(self.master_addr, self.world_size,
+                                                    self.timeout_s)
         store_prefix = f"dpsim-{secrets.token_hex(8)}/"
         procs: list[Any] = []
         conns: list[Any] = []
@@ -240,7 +240,7 @@ class _Job:
                 self._start_rank(spec, procs, conns, dump_conns)
             return self._results(procs, conns, dump_conns, deadline, (store, store_prefix))
         finally:
-            _stop(procs)
+            stop(procs)
             for conn in conns + dump_conns:
                 with contextlib.suppress(OSError):
                     conn.close()
@@ -250,7 +250,7 @@ class _Job:
             del store
 
     def _spec(self, rank: int, store_host: str, store_port: int, store_prefix: str
-              ) -> _RankSpec:
+              ) -> RankSpec:
         """What rank `rank` needs, its torchrun-style environment variables included."""
         forked = self.ctx.get_start_method() == "forkserver"
         rank_env = dict(self.env)
@@ -259,7 +259,7 @@ class _Job:
             LOCAL_RANK=str(rank), WORLD_SIZE=str(self.world_size),
             LOCAL_WORLD_SIZE=str(self.world_size),
         )
-        return _RankSpec(
+        return RankSpec(
             rank=rank, world_size=self.world_size, backend=self.backend,
             store_host=store_host, store_port=store_port, timeout_s=self.timeout_s,
             parent_pid=os.getpid(), payload=self.payload, store_prefix=store_prefix,
@@ -267,15 +267,15 @@ class _Job:
             forked=forked, stdio=launcher_stdio() if forked else (),
         )
 
-    def _start_rank(self, spec: _RankSpec, procs: list[Any], conns: list[Any],
+    def _start_rank(self, spec: RankSpec, procs: list[Any], conns: list[Any],
                     dump_conns: list[Any]) -> None:
         """Start one rank process; append it and its read ends of the pipes to the lists."""
         result_r, result_w = self.ctx.Pipe(duplex=False)
         dump_r, dump_w = self.ctx.Pipe(duplex=False)
         conns.append(result_r)
         dump_conns.append(dump_r)
-        proc = self.ctx.Process(target=_rank_main, args=(spec, result_w, dump_w),
-                                name=f"{_RANK_NAME_PREFIX}{spec.rank}", daemon=False)
+        proc = self.ctx.Process(target=rank_main, args=(spec, result_w, dump_w),
+                                name=f"{RANK_NAME_PREFIX}{spec.rank}", daemon=False)
         procs.append(proc)
         try:
             proc.start()
@@ -292,11 +292,11 @@ class _Job:
         `store`: the rendezvous store and this launch's key prefix in it.
         """
         pids = [p.pid for p in procs]
-        results, failures = _collect(procs, conns, deadline)
+        results, failures = collect(procs, conns, deadline)
         if failures:
             failures.sort(key=lambda f: not f.died)  # a dead process is the likely cause
             first, others = failures[0], failures[1:]
-            _stop(procs)
+            stop(procs)
             raise RankFailedError(
                 first.rank, first.summary, first.traceback, exitcode=first.exitcode,
                 exc_type=first.exc_type, phase=first.phase,
@@ -304,11 +304,11 @@ class _Job:
             )
         stuck = [rank for rank in range(self.world_size) if rank not in results]
         if stuck:
-            dumps = _read_stacks(procs, dump_conns, stuck)
+            dumps = read_stacks(procs, dump_conns, stuck)
             joined = joined_ranks(*store, self.world_size)
-            _stop(procs)
+            stop(procs)
             states = {r: rank_state(r, dumps.get(r), joined, self.world_size) for r in stuck}
-            stacks = {r: text for r, dump in dumps.items() if (text := _trim_stack(dump))}
+            stacks = {r: text for r, dump in dumps.items() if (text := trim_stack(dump))}
             raise LaunchTimeoutError(stuck, self.timeout_s, finished=sorted(results),
                                      stacks=stacks, states=states, pids=pids)
         exit_deadline = time.monotonic() + _EXIT_GRACE_S

@@ -25,12 +25,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def _torch_timeout(timeout_s: float) -> timedelta:
+def torch_timeout(timeout_s: float) -> timedelta:
     """`timeout_s` (seconds, may be inf) as a timedelta torch accepts (at most 7 days)."""
     return timedelta(seconds=min(timeout_s, _MAX_CHILD_TIMEOUT_S))
 
 
-def _is_loopback(addr: str) -> bool:
+def is_loopback(addr: str) -> bool:
     """True for "localhost" and literal loopback addresses (127.0.0.0/8, ::1)."""
     if addr.lower() in ("localhost", "localhost.localdomain"):
         return True
@@ -40,7 +40,7 @@ def _is_loopback(addr: str) -> bool:
         return False
 
 
-def _loopback_ifname() -> str | None:
+def loopback_ifname() -> str | None:
     """Name of the loopback network interface ("lo" on Linux, "lo0" on macOS), or None."""
     try:
         names = [name for _, name in socket.if_nameindex()]
@@ -66,7 +66,7 @@ def _resolve(host: str) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
     return family, sockaddr
 
 
-def _start_store(host: str, world_size: int, timeout_s: float) -> tuple[Any, str, int]:
+def start_store(host: str, world_size: int, timeout_s: float) -> tuple[Any, str, int]:
     """Start the rendezvous TCPStore server in this process; return (store, address, port).
 
     The listening socket is bound here to `host` with port 0 (the OS picks a free port, so
@@ -76,7 +76,7 @@ def _start_store(host: str, world_size: int, timeout_s: float) -> tuple[Any, str
     """
     import torch.distributed as dist
 
-    timeout = _torch_timeout(timeout_s)
+    timeout = torch_timeout(timeout_s)
     family, sockaddr = _resolve(host)
     address = str(sockaddr[0])
     sock = socket.socket(family, socket.SOCK_STREAM)

@@ -1,7 +1,7 @@
 """What runs inside a rank process: its spec, its entry point, and how it lives and ends.
 
-The launcher starts `_rank_main` in a spawned process; the spawn pickles the target and
-its `_RankSpec` by reference to this module, which the rank then imports.
+The launcher starts `rank_main` in a spawned process; the spawn pickles the target and
+its `RankSpec` by reference to this module, which the rank then imports.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from types import TracebackType
 from typing import Any
 
 from dpsim.runtime.launch.pickling import unpicklable_parts
-from dpsim.runtime.launch.ports import _torch_timeout
+from dpsim.runtime.launch.ports import torch_timeout
 from dpsim.runtime.process_exit import exit_without_teardown
 
 _PARENT_POLL_S = 1.0  # the parent-watching thread's period, seconds
 _PR_SET_PDEATHSIG = 1
-_RANK_NAME_PREFIX = "dpsim-rank-"
+RANK_NAME_PREFIX = "dpsim-rank-"
 _MAX_SOURCES_CHARS = 1_000_000
 
 _keep_alive: list[Any] = []  # child side: objects whose fds faulthandler writes to
@@ -35,7 +35,7 @@ _patch_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
-class _RankSpec:
+class RankSpec:
     """What one rank process needs; pickled into the child by reference to this module."""
 
     rank: int
@@ -57,7 +57,7 @@ class _RankSpec:
 # --------------------------------------------------------------------------- launcher side
 
 
-def _skip_main_reimport() -> None:
+def skip_main_reimport() -> None:
     """Stop spawned ranks from re-running the launching script's `__main__` module.
 
     multiprocess's spawn re-imports `__main__` in each child (as `__mp_main__`), which
@@ -73,7 +73,7 @@ def _skip_main_reimport() -> None:
 
         def get_preparation_data(name: str) -> dict[str, Any]:
             data: dict[str, Any] = original(name)
-            if str(name).startswith(_RANK_NAME_PREFIX):
+            if str(name).startswith(RANK_NAME_PREFIX):
                 data.pop("init_main_from_name", None)
                 data.pop("init_main_from_path", None)
             return data
@@ -82,7 +82,7 @@ def _skip_main_reimport() -> None:
         spawn.get_preparation_data = get_preparation_data
 
 
-def _interactive_sources() -> dict[str, tuple[Any, ...]]:
+def interactive_sources() -> dict[str, tuple[Any, ...]]:
     """linecache entries of code that has no file (notebook cells), up to ~1 MB of text."""
     found: dict[str, tuple[Any, ...]] = {}
     total = 0
@@ -100,7 +100,7 @@ def _interactive_sources() -> dict[str, tuple[Any, ...]]:
 # --------------------------------------------------------------------------- rank side
 
 
-def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
+def rank_main(spec: RankSpec, result_conn: Any, dump_conn: Any) -> None:
     """Entry point of a rank process: set up, run fn, send ("ok", bytes) or ("error", ...)."""
     _set_up_process(spec, dump_conn)
     message, store = _run_fn(spec)
@@ -114,7 +114,7 @@ def _rank_main(spec: _RankSpec, result_conn: Any, dump_conn: Any) -> None:
     exit_without_teardown(0 if message[0] == "ok" else 1)
 
 
-def _set_up_process(spec: _RankSpec, dump_conn: Any) -> None:
+def _set_up_process(spec: RankSpec, dump_conn: Any) -> None:
     """Die with the launcher, ignore Ctrl-C, set the env, line-buffer stdio, arm stack dumps."""
     _exit_with_parent(spec.parent_pid)
     # Ctrl-C / "interrupt kernel" is handled by the launching process, which stops ranks.
@@ -136,10 +136,10 @@ def _set_up_process(spec: _RankSpec, dump_conn: Any) -> None:
     linecache.cache.update(spec.sources)  # notebook cells: tracebacks show their lines
 
 
-def _run_fn(spec: _RankSpec) -> tuple[tuple[Any, ...], Any]:
+def _run_fn(spec: RankSpec) -> tuple[tuple[Any, ...], Any]:
     """Load fn, join the group, call fn; return (message for the launcher, store or None).
 
-    The launcher cuts a hung rank's stack at the first frame of `_RANK_FRAMES`.
+    The launcher cuts a hung rank's stack at the first frame of `RANK_FRAMES`.
     """
     store: Any = None
     phase = "start"
@@ -199,14 +199,14 @@ def _user_frames(exc: BaseException) -> TracebackType | None:
     return tb
 
 
-def _join_group(spec: _RankSpec) -> Any:
+def _join_group(spec: RankSpec) -> Any:
     """Join the default process group, then wait until every rank joined; return the store."""
     import torch
     import torch.distributed as dist
 
     if spec.backend == "nccl":
         torch.cuda.set_device(spec.rank)
-    timeout = _torch_timeout(spec.timeout_s)
+    timeout = torch_timeout(spec.timeout_s)
     client = dist.TCPStore(
         spec.store_host, spec.store_port, spec.world_size, is_master=False, timeout=timeout
     )
@@ -249,7 +249,7 @@ def _result_message(result: Any) -> tuple[Any, ...]:
         )
 
 
-def _leave_together(spec: _RankSpec, store: Any) -> None:
+def _leave_together(spec: RankSpec, store: Any) -> None:
     """Wait until every rank finished fn, then destroy the process group (errors ignored).
 
     A rank that tears down its connections while a peer is still using them (even only
@@ -260,14 +260,14 @@ def _leave_together(spec: _RankSpec, store: Any) -> None:
 
         store.set(f"finished/{spec.rank}", "1")
         store.wait([f"finished/{r}" for r in range(spec.world_size)],
-                   _torch_timeout(spec.timeout_s))
+                   torch_timeout(spec.timeout_s))
         dist.destroy_process_group()
 
 
 # The rank's own frames between the process entry and fn: a hung rank's stack is cut at
 # the first of them, so it shows fn and what fn called.
-_RANK_FRAMES = tuple(f.__name__ for f in (
-    _rank_main, _set_up_process, _run_fn, _join_group, _result_message, _leave_together))
+RANK_FRAMES = tuple(f.__name__ for f in (
+    rank_main, _set_up_process, _run_fn, _join_group, _result_message, _leave_together))
 
 
 def _exit_with_parent(parent_pid: int) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpsim.runtime.launch.rank import _RANK_FRAMES, joined_key
+from dpsim.runtime.launch.rank import RANK_FRAMES, joined_key
 
 _FRAME = re.compile(r'^\s*File "(?P<path>.*)", line (?P<line>\d+) in (?P<name>.+)$')
 _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
@@ -79,11 +79,11 @@ def parse_threads(dump: str) -> list[list[Frame]]:
 def main_frames(dump: str) -> tuple[list[Frame], str | None]:
     """The frames above the rank's own code in the thread that runs fn, and where it cut.
 
-    The cut names the first frame of `rank._RANK_FRAMES` (None if no thread has one).
+    The cut names the first frame of `rank.RANK_FRAMES` (None if no thread has one).
     """
     for frames in parse_threads(dump):
         for i, frame in enumerate(frames):
-            if frame.name in _RANK_FRAMES:
+            if frame.name in RANK_FRAMES:
                 return frames[:i], frame.name
     return [], None
 

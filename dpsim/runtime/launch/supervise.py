@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.runtime.launch.errors import _describe_exit
-from dpsim.runtime.launch.rank import _RANK_FRAMES
+from dpsim.runtime.launch.errors import describe_exit
+from dpsim.runtime.launch.rank import RANK_FRAMES
 
 _TERMINATE_GRACE_S = 1.0  # SIGTERM -> SIGKILL, seconds
 _FAILURE_WINDOW_S = 0.25  # after a first failure, how long to collect others, seconds
@@ -38,7 +38,7 @@ class _Failure:
         return self.exc_type is None
 
 
-def _stop(procs: Sequence[Any], grace_s: float = _TERMINATE_GRACE_S) -> None:
+def stop(procs: Sequence[Any], grace_s: float = _TERMINATE_GRACE_S) -> None:
     """SIGTERM every live process, SIGKILL those still alive after `grace_s`, reap all."""
     alive = [p for p in procs if p.is_alive()]
     interrupted = False
@@ -64,8 +64,8 @@ def _stop(procs: Sequence[Any], grace_s: float = _TERMINATE_GRACE_S) -> None:
 # --------------------------------------------------------------------------- stacks
 
 
-def _read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequence[int]
-                 ) -> dict[int, str]:
+def read_stacks(procs: Sequence[Any], dump_conns: Sequence[Any], ranks: Sequence[int]
+                ) -> dict[int, str]:
     """Ask stuck ranks for their Python stacks (SIGUSR1 -> faulthandler); the dumps' text."""
     sigusr1 = getattr(signal, "SIGUSR1", None)
     if sigusr1 is None:
@@ -105,14 +105,14 @@ def _read_dumps(dump_conns: Sequence[Any], asked: Sequence[int]) -> dict[int, by
     return chunks
 
 
-def _trim_stack(dump: str) -> str | None:
+def trim_stack(dump: str) -> str | None:
     """A faulthandler dump without the frames of the launcher and multiprocess below fn.
 
     None when no line is left.
     """
     lines = dump.splitlines()
     # Most recent call first: cut at the first frame of the rank's own code.
-    suffixes = tuple(f" in {name}" for name in _RANK_FRAMES)
+    suffixes = tuple(f" in {name}" for name in RANK_FRAMES)
     cut = next((i for i, line in enumerate(lines) if line.endswith(suffixes)), None)
     if cut is not None:
         lines = lines[:cut]
@@ -139,7 +139,7 @@ class _Collector:
         """Record that `rank`'s process ended without a message."""
         proc = self.procs[rank]
         proc.join(1.0)
-        self.failures.append(_Failure(rank, _describe_exit(proc.exitcode),
+        self.failures.append(_Failure(rank, describe_exit(proc.exitcode),
                                       exitcode=proc.exitcode))
 
     def receive(self, rank: int) -> None:
@@ -193,7 +193,7 @@ class _Collector:
                 handled.add(rank)
 
 
-def _collect(
+def collect(
     procs: Sequence[Any], conns: Sequence[Any], deadline: float
 ) -> tuple[dict[int, Any], list[_Failure]]:
     """Wait for every rank's message or death until `deadline` (time.monotonic seconds).

@@ -1,6 +1,6 @@
 """The expected answers of chapter 2's exercises on real ranks, and their usual slips.
 
-Every answer is computed here, in the grading process, from the same `ranks.rank_data` the
+Every answer is computed here, in the grading process, from the same `ch02_ranks.rank_data` the
 ranks use: the results by torch itself (`torch.cat`, a sum, `tensor_split`), the message
 pattern from the algorithm's definition (a ring sends to rank + 1 and receives from rank -
 1; a binomial tree doubles the ranks that hold the data every round). `slips` gives, for
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from dpsim.course.grading.ranks import FIELDS, FORBIDDEN, rank_data
+from dpsim.course.exercises.ch02_ranks import FIELDS, FORBIDDEN, rank_data
 from dpsim.sim.collectives.ring import chunk_bounds
 
 NO_MESSAGES = ("no message went through dist.isend / dist.irecv: call them as dist.isend(...) "
@@ -92,7 +92,7 @@ def _item_answer(kind: str, n: int, item: dict[str, Any]) -> dict[str, Any]:
 
 
 def expected_answer(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """What `ranks.run_on_ranks(fn, kind, n, items)` returns for a right `fn`."""
+    """What `ch02_ranks.run_on_ranks(fn, kind, n, items)` returns for a right `fn`."""
     per_item = [_item_answer(kind, n, item) for item in items]
     out: dict[str, Any] = {f: [a[f] for a in per_item] for f in FIELDS[kind]}
     out["collectives"] = []
