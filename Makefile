@@ -78,7 +78,7 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m dpsim exercises check
 	$(BIN)/python -m pytest tests notebooks solutions --nbval-lax --nbval-current-env -p no:cacheprovider \
-	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
 # Tests not marked `slow` start no process (tests/conftest.py enforces it).
 test-fast: $(STAMP)
