@@ -1,5 +1,7 @@
-"""The graded exercises' content, one module per chapter (`chNN.py`, with its topic modules).
+"""The graded exercises' content, one module per chapter (`chNN.py`) and its topic modules
+(`chNN_<topic>.py`).
 
-Each module registers its exercises with `dpsim.course.grading.core.exercise`; the grading
-engine (`dpsim.course.grading`) discovers them and knows nothing of any one exercise.
+Each module registers its exercises with `dpsim.course.grading.registry.exercise`; the
+registry discovers every module named `chNN` or `chNN_<topic>` as chapter NN's, and the
+grading engine (`dpsim.course.grading`) knows nothing of any one exercise.
 """
