@@ -32,6 +32,8 @@ inputs' ranges (ranks, bytes, links) are in `dpsim.sim.collectives.limits`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dpsim.sim.collectives.limits import (
     ALGORITHMS,
     COLLECTIVES,
@@ -47,9 +49,10 @@ from dpsim.sim.hardware import Link
 from dpsim.sim.validation import require_choice, require_finite, require_int
 
 __all__ = [
-    "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bus_bandwidth_factor", "busbw_GBps",
-    "bytes_received_per_rank", "bytes_sent_per_rank", "chunk_bounds", "collective_time_s",
-    "cost_terms", "ring_all_reduce_steps", "ring_bytes_per_rank_formula", "tree_levels",
+    "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bandwidths_GBps",
+    "bus_bandwidth_factor", "busbw_GBps", "bytes_received_per_rank", "bytes_sent_per_rank",
+    "chunk_bounds", "collective_time_s", "collective_times_s", "cost_terms",
+    "ring_all_reduce_steps", "ring_bytes_per_rank_formula", "tree_levels",
 ]
 
 
@@ -108,9 +111,32 @@ def collective_time_s(collective: str, nbytes: int, world_size: int, link: Link,
     """
     check_collective(collective, nbytes, world_size, algorithm)
     check_link(link)
-    n_alpha, s_over_b = _cost_terms(collective, world_size, algorithm)
-    alpha_s = link.latency_us * 1e-6
-    latency_s = n_alpha * alpha_s
+    return _time_s(_cost_terms(collective, world_size, algorithm), nbytes, link)
+
+
+def collective_times_s(collective: str, sizes_bytes: Sequence[int], world_size: int,
+                       link: Link, algorithm: str = "ring") -> list[float]:
+    """`collective_time_s` of each size in `sizes_bytes` (bytes of the full tensor)."""
+    check_collective(collective, 0, world_size, algorithm)
+    check_link(link)
+    sizes = _check_sizes(sizes_bytes)
+    terms = _cost_terms(collective, world_size, algorithm)
+    return [_time_s(terms, nbytes, link) for nbytes in sizes]
+
+
+def _check_sizes(sizes_bytes: Sequence[int]) -> Sequence[int]:
+    if isinstance(sizes_bytes, str) or not isinstance(sizes_bytes, Sequence):
+        raise ValueError(f"sizes_bytes={sizes_bytes!r} is not a list; give a list of sizes "
+                         "in bytes")
+    for i, size in enumerate(sizes_bytes):
+        require_int(f"sizes_bytes[{i}]", size, 0, MAX_NBYTES)
+    return sizes_bytes
+
+
+def _time_s(terms: tuple[int, float], nbytes: int, link: Link) -> float:
+    """k * alpha + f * S / B for the closed form's terms (k, f)."""
+    n_alpha, s_over_b = terms
+    latency_s = n_alpha * link.latency_us * 1e-6
     seconds = latency_s + s_over_b * nbytes / (link.bandwidth_GBps * 1e9)
     return finite_seconds(seconds, latency_s, link)
 
@@ -119,7 +145,11 @@ def bus_bandwidth_factor(collective: str, world_size: int) -> float:
     """busbw / algbw as nccl-tests defines it: 2(N-1)/N all-reduce, (N-1)/N all-gather,
     reduce-scatter, scatter, gather, and 1 for broadcast and reduce."""
     require_choice("collective", collective, COLLECTIVES)
-    n = require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    return _bus_factor(collective, world_size)
+
+
+def _bus_factor(collective: str, n: int) -> float:
     if collective == "all_reduce":
         return 2 * (n - 1) / n
     if collective in ("broadcast", "reduce"):
@@ -131,18 +161,36 @@ def algbw_GBps(nbytes: int, time_s: float) -> float:
     """Algorithm bandwidth: full tensor bytes / time, in GB/s (1e9 bytes/s)."""
     require_int("nbytes", nbytes, 0, MAX_NBYTES)
     require_finite("time_s", time_s, 0, low_inclusive=False)
-    return _finite_GBps(nbytes / time_s / 1e9, time_s)
+    return _finite_GBps(nbytes / time_s / 1e9, "time_s", time_s)
 
 
 def busbw_GBps(collective: str, nbytes: int, world_size: int, time_s: float) -> float:
     """Bus bandwidth (nccl-tests): algbw * bus_bandwidth_factor, comparable to link speed."""
     factor = bus_bandwidth_factor(collective, world_size)
-    return _finite_GBps(algbw_GBps(nbytes, time_s) * factor, time_s)
+    return _finite_GBps(algbw_GBps(nbytes, time_s) * factor, "time_s", time_s)
 
 
-def _finite_GBps(gbps: float, time_s: float) -> float:
+def bandwidths_GBps(collective: str, world_size: int, sizes_bytes: Sequence[int],
+                    times_s: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(algbw, busbw) in GB/s of each size (bytes) and its time (seconds); 0 GB/s at 0 s."""
+    factor = bus_bandwidth_factor(collective, world_size)
+    sizes = _check_sizes(sizes_bytes)
+    if isinstance(times_s, str) or not isinstance(times_s, Sequence) \
+            or len(times_s) != len(sizes):
+        raise ValueError(f"times_s={times_s!r} is not allowed; give one time in seconds per "
+                         f"size ({len(sizes)})")
+    algbw, busbw = [], []
+    for i, (nbytes, t) in enumerate(zip(sizes, times_s, strict=True)):
+        require_finite(f"times_s[{i}]", t, 0)
+        gbps = _finite_GBps(nbytes / t / 1e9, f"times_s[{i}]", t) if t > 0 else 0.0
+        algbw.append(gbps)
+        busbw.append(_finite_GBps(gbps * factor, f"times_s[{i}]", t))
+    return algbw, busbw
+
+
+def _finite_GBps(gbps: float, field: str, time_s: float) -> float:
     if gbps == float("inf"):
-        raise ValueError(f"time_s={time_s!r} is too small: the bandwidth overflows; give a "
+        raise ValueError(f"{field}={time_s!r} is too small: the bandwidth overflows; give a "
                          "longer time")
     return gbps
 

@@ -12,24 +12,21 @@ from dataclasses import dataclass
 
 from dpsim.sim.collectives.cost import (
     ALGORITHMS,
-    algbw_GBps,
-    busbw_GBps,
+    bandwidths_GBps,
+    bus_bandwidth_factor,
     bytes_received_per_rank,
     bytes_sent_per_rank,
-    collective_time_s,
+    collective_times_s,
     ring_bytes_per_rank_formula,
 )
 from dpsim.sim.collectives.limits import (
-    COLLECTIVES,
     MAX_LISTED_RANKS,
     MAX_NBYTES,
-    MAX_WORLD_SIZE,
     check_collective,
-    check_link,
     check_names,
 )
 from dpsim.sim.hardware import Link
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.validation import require_finite, require_int
 
 
 @dataclass(frozen=True)
@@ -69,38 +66,26 @@ def rank_traffic(collective: str, nbytes: int, world_size: int,
 def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: int,
                      collective: str = "all_reduce") -> dict[str, SizeSeries]:
     """algbw and busbw (nccl-tests definitions) of measured seconds per size, per impl."""
-    require_choice("collective", collective, COLLECTIVES)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    bus_bandwidth_factor(collective, world_size)  # checks collective and world_size
     _check_measured(measured)
     out = {}
     for impl, per_size in measured.items():
         sizes = sorted(per_size)
-        out[impl] = SizeSeries(sizes, [per_size[s] for s in sizes],
-                               [algbw_GBps(s, per_size[s]) for s in sizes],
-                               [busbw_GBps(collective, s, world_size, per_size[s])
-                                for s in sizes])
+        times = [per_size[s] for s in sizes]
+        out[impl] = SizeSeries(sizes, times, *bandwidths_GBps(collective, world_size, sizes,
+                                                              times))
     return out
 
 
 def model_series(collective: str, world_size: int, link: Link, sizes_bytes: Sequence[int],
                  algorithms: Sequence[str] = ALGORITHMS) -> dict[str, SizeSeries]:
     """Alpha-beta seconds, algbw and busbw per size for each algorithm (0 GB/s at 0 s)."""
-    check_collective(collective, 0, world_size, "ring")
-    check_link(link)
-    if isinstance(sizes_bytes, str) or not isinstance(sizes_bytes, Sequence):
-        raise ValueError(f"sizes_bytes={sizes_bytes!r} is not a list; give a list of sizes "
-                         "in bytes")
-    for i, size in enumerate(sizes_bytes):
-        require_int(f"sizes_bytes[{i}]", size, 0, MAX_NBYTES)
-    check_names("algorithms", algorithms, ALGORITHMS)
+    names = check_names("algorithms", algorithms, ALGORITHMS)
     out = {}
-    for algorithm in algorithms:
-        times = [collective_time_s(collective, s, world_size, link, algorithm)
-                 for s in sizes_bytes]
-        pairs = list(zip(sizes_bytes, times, strict=True))
-        out[algorithm] = SizeSeries(
-            list(sizes_bytes), times, [algbw_GBps(s, t) if t > 0 else 0.0 for s, t in pairs],
-            [busbw_GBps(collective, s, world_size, t) if t > 0 else 0.0 for s, t in pairs])
+    for algorithm in names:  # each call checks collective, world_size, link and the sizes
+        times = collective_times_s(collective, sizes_bytes, world_size, link, algorithm)
+        out[algorithm] = SizeSeries(list(sizes_bytes), times,
+                                    *bandwidths_GBps(collective, world_size, sizes_bytes, times))
     return out
 
 

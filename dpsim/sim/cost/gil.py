@@ -84,11 +84,16 @@ def predict_speedup(gil_share: float, n_threads: int, n_cores: int | None = None
     """Upper bound on the threaded speed-up: min(n_threads, 1 / gil_share, n_cores)."""
     require_range("gil_share", gil_share, 0, 1)
     require_int("n_threads", n_threads, 1, MAX_THREADS)
+    if n_cores is not None:
+        require_int("n_cores", n_cores, 1, MAX_CORES)
+    return _predict_speedup(gil_share, n_threads, n_cores)
+
+
+def _predict_speedup(gil_share: float, n_threads: int, n_cores: int | None) -> float:
     bound = float(n_threads)
     if gil_share > 0:
         bound = min(bound, 1.0 / gil_share)
     if n_cores is not None:
-        require_int("n_cores", n_cores, 1, MAX_CORES)
         bound = min(bound, float(n_cores))
     return max(bound, 1.0)
 
@@ -103,7 +108,11 @@ def predict_time_s(work_s: float, gil_share: float, n_threads: int,
 
 def thread_segments(config: GILConfig) -> list[Segment]:
     """One thread's work: n_ops times (Python for g*w, then C for (1-g)*w), w = work/n_ops."""
-    gil, free = _op_seconds(_check_config(config))
+    return _thread_segments(_check_config(config))
+
+
+def _thread_segments(config: GILConfig) -> list[Segment]:
+    gil, free = _op_seconds(config)
     one_op: list[Segment] = [seg for seg in (("gil", gil), ("free", free)) if seg[1] > 0]
     return one_op * config.n_ops
 
@@ -166,6 +175,12 @@ def schedule(threads: Sequence[Sequence[Segment]],
     named = (f"switch_interval_s={switch_interval_s!r}" if handovers > n_kept else
              f"threads=<{len(threads)} threads, {n_kept:,} segments longer than 0 s>")
     check_steps(named, len(threads), n_kept, gil_s, switch_interval_s, n_cores)
+    return _schedule(threads, switch_interval_s, n_cores)
+
+
+def _schedule(threads: Sequence[Sequence[Segment]], switch_interval_s: float,
+              n_cores: int | None) -> Trace:
+    """`schedule` on checked threads whose simulation cost is within MAX_STEPS."""
     state = []
     for segs in threads:
         kept = [k for k, s in enumerate(segs) if s[1] > 0]
@@ -255,8 +270,13 @@ def _enter(th: _Thread, index: int, t: float) -> str:
 def simulate(config: GILConfig) -> GILResult:
     """Timeline and speed-up of `config.n_threads` identical threads under the GIL."""
     _config_cost(_check_config(config))
-    segments = thread_segments(config)
-    trace = schedule([segments] * config.n_threads, config.switch_interval_s, config.n_cores)
+    return _simulate(config)
+
+
+def _simulate(config: GILConfig) -> GILResult:
+    """`simulate` on a GILConfig whose simulation cost is within MAX_STEPS."""
+    segments = _thread_segments(config)
+    trace = _schedule([segments] * config.n_threads, config.switch_interval_s, config.n_cores)
     makespan = trace.end_s
     serial = config.n_threads * config.work_s
     held = sum(e.duration_s for e in trace.events if e.kind == "python")
@@ -267,7 +287,8 @@ def simulate(config: GILConfig) -> GILResult:
         makespan_s=makespan,
         serial_s=serial,
         speedup=serial / makespan if makespan > 0 else float(config.n_threads),
-        predicted_speedup=predict_speedup(config.gil_share, config.n_threads, config.n_cores),
+        predicted_speedup=_predict_speedup(config.gil_share, config.n_threads,
+                                           config.n_cores),
         gil_busy_fraction=held / makespan if makespan > 0 else 0.0,
     )
 
@@ -291,7 +312,7 @@ def speedup_curve(gil_share: float, thread_counts: Sequence[int], *, work_s: flo
                          f"{MAX_STEPS:,} (under half a second): fewer counts, threads or ops")
     rows = []
     for config in configs:
-        res = simulate(config)
+        res = _simulate(config)
         n = config.n_threads
         rows.append({"n_threads": n, "simulated_speedup": res.speedup,
                      "predicted_speedup": res.predicted_speedup})

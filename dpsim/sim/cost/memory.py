@@ -73,6 +73,12 @@ def optimizer_state_bytes(
     require_choice("optimizer", optimizer, OPTIMIZERS)
     require_bool("mixed_precision", mixed_precision)
     require_choice("state_dtype", state_dtype, DTYPE_BYTES)
+    return _optimizer_state_bytes(n_params, n_param_tensors, optimizer, mixed_precision,
+                                  state_dtype)
+
+
+def _optimizer_state_bytes(n_params: int, n_param_tensors: int, optimizer: str,
+                           mixed_precision: bool, state_dtype: str) -> int:
     moments = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}[optimizer]
     steps = n_param_tensors * STEP_BYTES if optimizer in ("adam", "adamw") else 0
     width = 4 if mixed_precision else DTYPE_BYTES[state_dtype]
@@ -95,25 +101,35 @@ def model_state_bytes(
     """
     require_int("n_params", n_params, 0, MAX_COUNT)
     require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
+    _check_states(dtype, optimizer, mixed_precision)
+    return _model_state_bytes(n_params, n_param_tensors, dtype, optimizer, mixed_precision)
+
+
+def _check_states(dtype: str, optimizer: str, mixed_precision: bool) -> None:
     require_choice("dtype", dtype, DTYPE_BYTES)
-    require_bool("mixed_precision", mixed_precision)  # the optimizer: optimizer_state_bytes
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    require_bool("mixed_precision", mixed_precision)
     if mixed_precision and dtype == "fp32":
         raise ValueError("dtype='fp32' with mixed_precision=True; allowed: dtype 'bf16' or 'fp16'")
+
+
+def _model_state_bytes(n_params: int, n_param_tensors: int, dtype: str, optimizer: str,
+                       mixed_precision: bool) -> MemoryBreakdown:
     width = DTYPE_BYTES[dtype]
     return MemoryBreakdown(
         parameters=width * n_params,
         gradients=width * n_params,
-        optimizer=optimizer_state_bytes(n_params, n_param_tensors, optimizer, mixed_precision,
-                                        dtype),
+        optimizer=_optimizer_state_bytes(n_params, n_param_tensors, optimizer,
+                                         mixed_precision, dtype),
     )
 
 
 def bytes_per_param(optimizer: str = "adam", mixed_precision: bool = False) -> int:
     """Model-state bytes per parameter (ignoring per-tensor `step` scalars): 16 for mixed Adam."""
+    require_choice("optimizer", optimizer, OPTIMIZERS)
     require_bool("mixed_precision", mixed_precision)
     dtype = "bf16" if mixed_precision else "fp32"
-    b = model_state_bytes(1, 0, dtype=dtype, optimizer=optimizer, mixed_precision=mixed_precision)
-    return b.model_states
+    return _model_state_bytes(1, 0, dtype, optimizer, mixed_precision).model_states
 
 
 def predict_single(
@@ -126,10 +142,17 @@ def predict_single(
 ) -> MemoryBreakdown:
     """Peak-of-step memory on one device: model states plus the activations of a batch."""
     require_type("workload", workload, Workload)
-    states = model_state_bytes(workload.n_params, workload.n_param_tensors, dtype=dtype,
-                               optimizer=optimizer, mixed_precision=mixed_precision)
-    act = workload.activation_bytes(batch_size, dtype)
-    return MemoryBreakdown(states.parameters, states.gradients, states.optimizer, act)
+    _check_states(dtype, optimizer, mixed_precision)
+    act = workload.activation_bytes(batch_size, dtype)  # checks batch_size
+    return _predict_single(workload, act, dtype, optimizer, mixed_precision)
+
+
+def _predict_single(workload: Workload, activation_bytes: int, dtype: str, optimizer: str,
+                    mixed_precision: bool) -> MemoryBreakdown:
+    states = _model_state_bytes(workload.n_params, workload.n_param_tensors, dtype, optimizer,
+                                mixed_precision)
+    return MemoryBreakdown(states.parameters, states.gradients, states.optimizer,
+                           activation_bytes)
 
 
 def max_batch_size(
@@ -145,9 +168,9 @@ def max_batch_size(
     require_type("workload", workload, Workload)
     require_int("memory_bytes", memory_bytes, 0, MAX_COUNT)
     require_int("limit", limit, 0, MAX_COUNT)
-    states = predict_single(workload, 0, optimizer=optimizer, dtype=dtype,
-                            mixed_precision=mixed_precision).model_states
+    _check_states(dtype, optimizer, mixed_precision)
     per_sample = workload.activation_bytes(1, dtype)
+    states = _predict_single(workload, 0, dtype, optimizer, mixed_precision).model_states
     if states > memory_bytes:
         return 0
     if per_sample == 0:
@@ -205,6 +228,10 @@ PRECISIONS = ("fp32", "mixed", "bf16")  # fp32; bf16 working copy + fp32 master;
 def precision_dtype(precision: str) -> str:
     """Dtype of compute, working parameters and gradients: "fp32", else "bf16"."""
     require_choice("precision", precision, PRECISIONS)
+    return _precision_dtype(precision)
+
+
+def _precision_dtype(precision: str) -> str:
     return "fp32" if precision == "fp32" else "bf16"
 
 
@@ -217,8 +244,7 @@ def precision_bytes_per_param(precision: str = "mixed", optimizer: str = "adam"
     """
     require_choice("precision", precision, PRECISIONS)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    b = model_state_bytes(1, 0, dtype=precision_dtype(precision), optimizer=optimizer,
-                          mixed_precision=precision == "mixed")
+    b = _model_state_bytes(1, 0, _precision_dtype(precision), optimizer, precision == "mixed")
     return b.parameters, b.gradients, b.optimizer
 
 

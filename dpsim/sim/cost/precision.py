@@ -64,6 +64,10 @@ def precision_policy(name: str = "torch_amp", low: str = "bf16",
         if name != "torch_amp":
             raise ValueError(f"reduce_dtype={reduce_dtype!r} with name={name!r}; allowed: "
                              "reduce_dtype only with name='torch_amp' (None otherwise)")
+    return _precision_policy(name, low, reduce_dtype)
+
+
+def _precision_policy(name: str, low: str, reduce_dtype: str | None) -> PrecisionPolicy:
     if name == "fp32":
         return PrecisionPolicy(name, "fp32", "fp32", "fp32", "fp32", "fp32", False)
     if name == "torch_amp":
@@ -81,7 +85,7 @@ def policy_model_state_bytes(n_params: int, n_param_tensors: int, policy: Precis
     require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
     require_type("policy", policy, PrecisionPolicy)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    p, g, o = policy_bytes_per_param(policy, optimizer)
+    p, g, o = _policy_bytes_per_param(policy, optimizer)
     steps = n_param_tensors * STEP_BYTES if optimizer in ("adam", "adamw") else 0
     return MemoryBreakdown(p * n_params, g * n_params, o * n_params + steps)
 
@@ -92,6 +96,10 @@ def policy_bytes_per_param(policy: PrecisionPolicy, optimizer: str = "adam"
     zero_mixed 2 + 2 + 12, fp32 4 + 4 + 8, pure_16bit 2 + 2 + 4."""
     require_type("policy", policy, PrecisionPolicy)
     require_choice("optimizer", optimizer, OPTIMIZERS)
+    return _policy_bytes_per_param(policy, optimizer)
+
+
+def _policy_bytes_per_param(policy: PrecisionPolicy, optimizer: str) -> tuple[int, int, int]:
     state = _MOMENTS[optimizer] * DTYPE_BYTES[policy.state_dtype]
     master = 4 if policy.master_copy else 0
     return DTYPE_BYTES[policy.param_dtype], DTYPE_BYTES[policy.grad_dtype], state + master
@@ -118,8 +126,13 @@ def zero_stage_bytes(n_params: int, world_size: int, stage: int, policy: Precisi
     require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     require_int("stage", stage)
     require_choice("stage", stage, ZERO_STAGES)
-    p, g, o = policy_bytes_per_param(policy, optimizer)
-    n = world_size
+    p, g, o = policy_bytes_per_param(policy, optimizer)  # checks policy and optimizer
+    return _zero_stage_bytes(n_params, world_size, stage, (p, g, o))
+
+
+def _zero_stage_bytes(n_params: int, n: int, stage: int, per_param: tuple[int, int, int]
+                      ) -> MemoryBreakdown:
+    p, g, o = per_param
     return MemoryBreakdown(p * n_params // (n if stage >= 3 else 1),
                            g * n_params // (n if stage >= 2 else 1),
                            o * n_params // (n if stage >= 1 else 1))
@@ -128,11 +141,16 @@ def zero_stage_bytes(n_params: int, world_size: int, stage: int, policy: Precisi
 def scheme_table(n_params: int, world_size: int, optimizer: str = "adam",
                  low: str = "bf16") -> list[dict[str, object]]:
     """Per ZeRO stage: model-state bytes per device, torch's scheme beside ZeRO's."""
+    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
+    require_choice("optimizer", optimizer, OPTIMIZERS)
+    require_choice("low", low, LOW_DTYPES)
     rows: list[dict[str, object]] = []
-    torch_p, zero_p = precision_policy("torch_amp", low), precision_policy("zero_mixed", low)
+    torch_b = _policy_bytes_per_param(_precision_policy("torch_amp", low, None), optimizer)
+    zero_b = _policy_bytes_per_param(_precision_policy("zero_mixed", low, None), optimizer)
     for stage in ZERO_STAGES:
-        t = zero_stage_bytes(n_params, world_size, stage, torch_p, optimizer)
-        z = zero_stage_bytes(n_params, world_size, stage, zero_p, optimizer)
+        t = _zero_stage_bytes(n_params, world_size, stage, torch_b)
+        z = _zero_stage_bytes(n_params, world_size, stage, zero_b)
         rows.append({"stage": stage, "torch_params_B": t.parameters,
                      "torch_grads_B": t.gradients, "torch_optimizer_B": t.optimizer,
                      "torch_total_B": t.model_states, "zero_params_B": z.parameters,
