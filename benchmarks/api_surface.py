@@ -54,7 +54,6 @@ SKIPPED: dict[str, str] = {
     "own_workload": "runs a learner's torch module; the simulator's fuzz starts no torch model",
     "model_choices": "lists the dashboard's model names; render and curve take the choice",
     "check_model": "the check StrategyExplorer.render runs first; fuzzed through it",
-    "Unit": "a record build_units makes from a checked FSDPConfig; callers do not build it",
 }
 # A returned first line with this prefix reports a ValueError (a dashboard shows its errors).
 ERRORS_AS_TEXT = {"StrategyExplorer.render": "cannot simulate this setting: "}

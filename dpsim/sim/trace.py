@@ -154,6 +154,10 @@ class Trace:
     ) -> list[Event]:
         """Events matching every given field."""
         _query(device, stream=stream, kind=kind)
+        return self._filter(device, stream, kind)
+
+    def _filter(self, device: int | None, stream: str | None = None,
+                kind: str | None = None) -> list[Event]:
         return [
             e
             for e in self.events
@@ -166,7 +170,7 @@ class Trace:
         """Seconds in which `stream` on `device` has at least one event (overlaps merged)."""
         _query(device, required=True)
         require_type("stream", stream, str)
-        spans = sorted((e.start_s, e.end_s) for e in self.filter(device=device, stream=stream))
+        spans = sorted((e.start_s, e.end_s) for e in self._filter(device, stream))
         return _union_length(spans)
 
     def memory_timeline(self, device: int) -> list[tuple[float, dict[str, int]]]:
@@ -197,7 +201,7 @@ class Trace:
         """Seconds of events per kind (not overlap-merged)."""
         _query(device)
         out: dict[str, float] = defaultdict(float)
-        for e in self.filter(device=device):
+        for e in self._filter(device):
             out[e.kind] += e.duration_s
         return dict(out)
 

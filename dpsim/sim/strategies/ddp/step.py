@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.sim.collectives.cost import ALGORITHMS, collective_time_s, ring_bytes_per_rank_formula
+from dpsim.sim.collectives.cost import collective_time_s, ring_bytes_per_rank_formula
 from dpsim.sim.collectives.group_cost import group_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
@@ -48,12 +48,10 @@ from dpsim.sim.strategies.ddp.buckets import (
 from dpsim.sim.strategies.ddp.config import DDPConfig
 from dpsim.sim.strategies.inputs import (
     MAX_COUNT,
-    MAX_DEVICES,
     require_cluster,
     require_config,
     require_device,
     require_instance,
-    require_link,
     require_sequence,
     require_state,
     require_step_time,
@@ -62,7 +60,7 @@ from dpsim.sim.strategies.inputs import (
     shown,
 )
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.validation import require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 
@@ -79,10 +77,6 @@ def all_reduce_time_s(nbytes: int, world_size: int, link: Link, algorithm: str =
                       ) -> float:
     """Seconds to all-reduce one bucket of `nbytes` over `link` (the alpha-beta closed form,
     dpsim.sim.collectives.cost); `simulate` costs a cluster's buckets with `group_cost`."""
-    require_int("nbytes", nbytes, 0, MAX_COUNT)
-    require_int("world_size", world_size, 1, MAX_DEVICES)
-    require_link(link)
-    require_choice("algorithm", algorithm, ALGORITHMS)
     return collective_time_s("all_reduce", nbytes, world_size, link, algorithm)
 
 
