@@ -33,8 +33,6 @@ def _data(global_batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def clip_reference(max_norm: float, global_batch: int = 8, seed: int = 0
                    ) -> tuple[float, dict[str, torch.Tensor]]:
     """One process on the global batch: (norm before clipping, clipped gradients)."""
-    require_range("max_norm", max_norm, 0, low_inclusive=False)
-    require_int("global_batch", global_batch, 1, 1 << 16)
     model = _model(seed)
     x, y = _data(global_batch, seed)
     nn.functional.cross_entropy(model(x), y).backward()
@@ -86,6 +84,7 @@ def run_clipping(world_size: int = 2, max_norm: float = 0.5, global_batch: int =
 
     require_int("world_size", world_size, 1, 64)
     require_range("max_norm", max_norm, 0, low_inclusive=False)
+    require_int("global_batch", global_batch, 1, 1 << 16)
     if global_batch % world_size:
         raise ValueError(f"global_batch={global_batch} does not split over world_size="
                          f"{world_size}; allowed: a multiple of world_size")
