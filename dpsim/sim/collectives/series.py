@@ -19,6 +19,7 @@ from dpsim.sim.collectives.cost import (
     collective_times_s,
     ring_bytes_per_rank_formula,
 )
+from dpsim.sim.collectives.limits import COLLECTIVES as COLLECTIVES  # what `collective` takes
 from dpsim.sim.collectives.limits import (
     MAX_LISTED_RANKS,
     MAX_NBYTES,
