@@ -111,14 +111,26 @@ def timed_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: t
 def record_rank(rank: int, world_size: int, cfg: DDPRunConfig, warmup: int = 3,
                 record: bool = True, calibrate: bool = False) -> RankRecording:
     """Train `cfg.steps` timed steps after `warmup` (DDP rebuilds its buckets in step 2)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     device = link = None
     overhead_s = 0.0
     if calibrate:
         link = measure_link()
         device = calibrate_device("cpu")
         overhead_s = measure_ddp_step_overhead_s(rank, world_size, device, link)
+    return train_recorded(rank, cfg, warmup, record, device, link, overhead_s)
+
+
+def train_recorded(rank: int, cfg: DDPRunConfig, warmup: int, record: bool,
+                   device: Device | None, link: Link | None, overhead_s: float
+                   ) -> RankRecording:
+    """The timed DDP steps of `record_rank`, with the calibration it already made.
+
+    Kept apart from `record_rank` so that the overhead measurement, which trains too, does
+    not call back into it (dill ships launched functions with their globals, recursively,
+    and a call cycle between module functions makes that recursion endless).
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     model = build_model(cfg)
     ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb)
     recorder = DDPRecorder(ddp) if record else None
@@ -234,7 +246,8 @@ def measure_ddp_step_overhead_s(rank: int, world_size: int, device: Device, link
     require_int("steps", steps, 1, 10_000)
     tiny = DDPRunConfig(hidden=4, depth=1, n_features=4, n_samples=64, batch_size=2,
                         steps=steps, progress=False)
-    run = record_rank(rank, world_size, tiny, record=False)
+    run = train_recorded(rank, tiny, warmup=3, record=False, device=None, link=None,
+                         overhead_s=0.0)
     predicted = step_result(DDPRecording(tiny, [run] * world_size).predict(
         device, link, step_overhead_s=0.0)).step_s
     extra = torch.tensor([max(min(run.step_times_s) - predicted, 0.0)], dtype=torch.float64)
