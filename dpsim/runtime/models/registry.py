@@ -85,8 +85,9 @@ def build_model(name: str, *, seed: int = 0, device: str | torch.device | None =
                              f"{', '.join(allowed) or 'none'}")
     for field, default in allowed.items():
         if default is REQUIRED and field not in sizes:
-            raise ValueError(f"{field} is missing for model {name!r}; give {field}=... "
-                             "(describe_models() lists every size)")
+            raise ValueError(f"{field}=(missing) is required by model {name!r}, which has no "
+                             f"default for it; give {field}=... (describe_models() lists "
+                             "every size)")
     require_int("seed", seed, 0, MAX_SEED)
     target = _device(device)
     kwargs = {**sizes, "seed": None} if spec.takes_seed() else sizes
