@@ -10,6 +10,7 @@ same draws from torch's RNG.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -33,7 +34,7 @@ from tests.support.bad_input import raises_naming
 Pin = tuple[int, float, float]
 
 # case: (registry name, seed, sizes, pin)
-REGISTRY_PINS: dict[str, tuple[str, int, dict[str, object], Pin]] = {
+REGISTRY_PINS: dict[str, tuple[str, int, dict[str, Any], Pin]] = {
     "mlp": ("mlp", 0, {}, (142602, 4929.5015145287, 36.2001039815)),
     "mlp-ch03": ("mlp", 3, {"in_features": 32, "hidden": 64, "depth": 2, "n_classes": 10},
                  (6922, 485.3598718053, -25.372659149)),
