@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from dpsim.course.exercises.ch01 import (
     measured_activation_bytes,
     measured_state_bytes,
-    mlp,
     rule_activation_bytes,
 )
 from dpsim.course.grading import ExerciseFailed, check, core, get_exercise, run_check
+from dpsim.runtime.models import layer_stack
 from dpsim.sim.cost.memory import model_state_bytes
 
 
@@ -83,14 +83,14 @@ def test_right_answers_pass(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize("optimizer", ["sgd", "sgd_momentum", "adam"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_state_reference_matches_a_real_step(optimizer: str, bias: bool) -> None:
-    module = mlp([7, 5, 3], bias)
+    module = layer_stack([7, 5, 3], bias=bias)
     n, t = _sizes(module)
     assert measured_state_bytes(module, optimizer) == model_state_bytes(
         n, t, optimizer=optimizer).model_states
 
 
 def test_activation_rule_matches_saved_tensors_and_names_the_scalar() -> None:
-    module = mlp([6, 9, 4, 3])
+    module = layer_stack([6, 9, 4, 3])
     x, y = torch.randn(5, 6), torch.randint(0, 3, (5,))
     assert measured_activation_bytes(module, x, y) == rule_activation_bytes(5, [6, 9, 4, 3])
     # with 0-dim tensors kept, exactly the 4-byte total_weight the notebook mentions appears

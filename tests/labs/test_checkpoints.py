@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.labs.ch06_fsdp.fsdp_train import build_model, param_shapes
+from dpsim.labs.ch06_fsdp.fsdp_train import fsdp_model, param_shapes
 from dpsim.labs.ch10_failures.checkpoint_ddp import run_checkpoint_ddp
 from dpsim.labs.ch10_failures.collective_timeout import run_hung_collective
 from dpsim.labs.ch10_failures.dcp_reshard import MODEL, predicted_write_bytes, run_reshard
@@ -24,7 +24,7 @@ from tests.support.bad_input import raises_naming, wrong
 
 
 def test_predicted_write_bytes_adds_adam_states_and_step_counters_on_rank_0() -> None:
-    shapes = param_shapes(build_model(MODEL))
+    shapes = param_shapes(fsdp_model(MODEL))
     for rank in range(4):
         params = fsdp_rank_bytes(shapes, 4, rank).parameters
         extra = 4 * len(shapes) if rank == 0 else 0

@@ -9,8 +9,8 @@ from dpsim.labs.ch06_fsdp.fsdp_train import (
     MODELS,
     TOLERANCE,
     FSDPRun,
-    build_model,
     check_mesh,
+    fsdp_model,
     param_shapes,
     run_fsdp,
     run_fsdp_models,
@@ -36,7 +36,7 @@ def test_measured_shard_bytes_equal_prediction(runs: dict[str, FSDPRun], model: 
     # the models are built so that some shard is padded: the check is not vacuous
     assert any(m.parameters < p.parameters
                for m, p in zip(run.measured, run.measured_padded, strict=True))
-    total = sum(p.numel() for p in build_model(model).parameters()) * 4
+    total = sum(p.numel() for p in fsdp_model(model).parameters()) * 4
     assert sum(m.parameters for m in run.measured) == total
 
 
@@ -50,7 +50,7 @@ def test_fsdp_trains_the_same_model_as_one_process(runs: dict[str, FSDPRun], mod
     assert set(run.params) == set(run.single_params)
     assert run.max_abs_diff <= TOLERANCE
     assert run.losses == pytest.approx(run.single_losses, abs=1e-5)
-    start = build_model(model)
+    start = fsdp_model(model)
     moved = max(float((run.params[n] - p.detach()).abs().max())
                 for n, p in start.named_parameters())
     assert moved > 100 * TOLERANCE  # training changed the parameters: equality means something
@@ -73,7 +73,7 @@ def test_measured_timeline_has_fsdp_collectives(runs: dict[str, FSDPRun]) -> Non
 
 
 def test_prediction_for_an_uneven_layer() -> None:
-    shapes = param_shapes(build_model("mlp"))
+    shapes = param_shapes(fsdp_model("mlp"))
     assert shapes[0] == (37, 13)
     rank2 = fsdp_rank_bytes(shapes, 3, 2)
     rank0 = fsdp_rank_bytes(shapes, 3, 0)
@@ -107,7 +107,7 @@ def test_cuda_sampler_hooks_fire_in_forward_and_backward() -> None:
     from dpsim.runtime.fsdp_record import CudaSampler
     from dpsim.sim.trace import Trace
 
-    model = build_model("residual")
+    model = fsdp_model("residual")
     blocks = blocks_of(model)
     sampler = CudaSampler(blocks, rank=1)
     model(torch.randn(4, 13)).sum().backward()

@@ -193,10 +193,10 @@ def test_ddp_checkpointing_keeps_the_formula_and_pays_a_forward() -> None:
 
 
 def test_runtime_entry_points_name_bad_fields() -> None:
-    from dpsim.labs.ch09_precision.checkpointing import BlockStack, measure_checkpointing
+    from dpsim.labs.ch09_precision.checkpointing import measure_checkpointing
     from dpsim.labs.ch09_precision.clipping import run_clipping
     from dpsim.labs.ch09_precision.precision_lab import run_precision_lab
-    from dpsim.runtime.models.tiny_transformer import TinyTransformer
+    from dpsim.runtime.models import BlockStack, TinyTransformer
 
     with raises_naming("dtype"):
         autocast_step("fp8")

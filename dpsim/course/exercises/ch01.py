@@ -20,22 +20,13 @@ from torch import nn
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.measure import optimizer_tensors, saved_tensors, storage_bytes
+from dpsim.runtime.models import layer_stack
 from dpsim.sim.cost.memory import max_batch_size, model_state_bytes
 from dpsim.sim.workload import Layer, Workload
 
 FP32_BYTES = 4
 INT64_BYTES = 8
 MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
-
-
-def mlp(widths: list[int], bias: bool = True) -> nn.Sequential:
-    """Linear(w0, w1), ReLU(), ..., Linear(w_{k-1}, w_k) in fp32."""
-    mods: list[nn.Module] = []
-    for i in range(len(widths) - 1):
-        mods.append(nn.Linear(widths[i], widths[i + 1], bias=bias))
-        if i < len(widths) - 2:
-            mods.append(nn.ReLU())
-    return nn.Sequential(*mods)
 
 
 def _describe(widths: list[int], bias: bool) -> str:
@@ -77,7 +68,7 @@ def _training_state_cases(rng: random.Random) -> Iterator[Case]:
     for name in names:
         widths = [rng.randint(3, 40) for _ in range(rng.randint(2, 4))]
         bias = rng.random() < 0.6
-        module = mlp(widths, bias)
+        module = layer_stack(widths, bias=bias)
         n = sum(p.numel() for p in module.parameters())
         t = len(list(module.parameters()))
         expected = model_state_bytes(n, t, optimizer=name).model_states
@@ -116,7 +107,7 @@ def _training_state_cases(rng: random.Random) -> Iterator[Case]:
 
 
 def rule_activation_bytes(batch_size: int, widths: list[int]) -> int:
-    """Bytes kept for backward by mlp(widths) + cross-entropy (0-dim scalars left out)."""
+    """Bytes kept for backward by layer_stack(widths) + cross-entropy (0-dim scalars left out)."""
     return FP32_BYTES * batch_size * sum(widths) + INT64_BYTES * batch_size
 
 
@@ -137,7 +128,7 @@ def _activation_cases(rng: random.Random) -> Iterator[Case]:
     for depth in (3, 1, 4):  # number of Linear layers
         batch = rng.randint(2, 64)
         widths = [rng.randint(2, 64) for _ in range(depth + 1)]
-        module = mlp(widths)
+        module = layer_stack(widths)
         x = torch.randn(batch, widths[0])
         y = torch.randint(0, widths[-1], (batch,))
         expected = rule_activation_bytes(batch, widths)

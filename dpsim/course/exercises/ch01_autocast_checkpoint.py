@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.measure import saved_tensors
+from dpsim.runtime.models import layer_stack
 
 # bf16 keeps 8 significant bits (relative rounding 2**-9); a float32 step differs from the
 # bf16 one by about lr * |grad| * 2**-9 per element, far above float32 rounding. The cases
@@ -32,12 +33,7 @@ def build_mlp(widths: list[int], seed: int) -> nn.Sequential:
     """Linear, ReLU, ..., Linear in fp32 with weights fixed by `seed`."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        mods: list[nn.Module] = []
-        for i in range(len(widths) - 1):
-            mods.append(nn.Linear(widths[i], widths[i + 1]))
-            if i < len(widths) - 2:
-                mods.append(nn.ReLU())
-        return nn.Sequential(*mods)
+        return layer_stack(widths)
 
 
 def batch(widths: list[int], size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,8 +131,7 @@ def build_blocks(width: int, hidden: int, n_blocks: int, seed: int) -> list[nn.M
     """n_blocks blocks Linear(width, hidden), ReLU, Linear(hidden, width), fixed by seed."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return [nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, width))
-                for _ in range(n_blocks)]
+        return [layer_stack([width, hidden, width]) for _ in range(n_blocks)]
 
 
 def run_blocks_measured(fn: Callable[..., Any], width: int, hidden: int, n_blocks: int,

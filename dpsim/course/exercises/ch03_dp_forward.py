@@ -24,6 +24,7 @@ from torch import nn
 
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.labs.ch03_data_parallel.dp_reenact import replicate_module
+from dpsim.runtime.models import layer_stack
 
 ABS_TOL = 1e-5  # chunked matmuls and gradients summed over replicas: float32 rounding only
 
@@ -48,7 +49,7 @@ def build(spec: dict[str, Any]) -> tuple[nn.Module, torch.Tensor]:
             module: nn.Module = nn.Sequential(TimeMix(spec["features"], 6), nn.Tanh())
             x = torch.randn(spec["time"], spec["batch"], spec["features"])
         else:
-            module = nn.Sequential(nn.Linear(spec["features"], 8), nn.ReLU(), nn.Linear(8, 3))
+            module = layer_stack([spec["features"], 8, 3])
             x = torch.randn(spec["batch"], spec["features"])
     return module, x.requires_grad_(True)
 

@@ -8,7 +8,6 @@ on the learner).
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
+from dpsim.runtime.models import layer_stack
 from dpsim.sim.strategies.ddp import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
 
 def _case_model(hidden: int, seed: int, frozen: bool) -> nn.Module:
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(6, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+    model = layer_stack([6, hidden, 3])
     if frozen:
         model[0].requires_grad_(False)
     return model
@@ -208,7 +208,7 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
     for index in range(5):
         while True:
             widths = [rng.randint(20, 300) for _ in range(rng.randint(3, 6))]
-            module = nn.Sequential(*[nn.Linear(a, b) for a, b in itertools.pairwise(widths)])
+            module = layer_stack(widths, activation="none")
             sizes = [p.numel() * 4 for p in module.parameters()]
             total = sum(sizes)
             cap = round(rng.uniform(0.15, 0.4) * total / MiB, 3)

@@ -20,6 +20,7 @@ from torch import nn
 from dpsim.course.exercises.ch05 import sampler_indices
 from dpsim.course.grading.ranks import run_specs
 from dpsim.course.grading.registry import Case, exercise
+from dpsim.runtime.models import build_model
 
 # float32 parameters of size ~0.1-1 after a few SGD steps: the ranks sum their gradients in
 # another order than one process does, which moves the result by ~1e-7; 1e-5 is 100x that
@@ -29,8 +30,7 @@ ABS_TOL = 1e-5
 
 def make_model(in_features: int, hidden: int, seed: int) -> nn.Module:
     """The model of exercise 5.4 (the learner builds the same one after manual_seed(seed))."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+    return build_model("stack", seed=seed, widths=[in_features, hidden, 1], activation="tanh")
 
 
 def _state(model: nn.Module | dict[str, torch.Tensor]) -> dict[str, list[float]]:

@@ -21,6 +21,7 @@ from torch import nn
 
 from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
+from dpsim.runtime.models import build_model
 
 # float32 throughout (the policy keeps fp32 here so the comparison is exact up to the
 # order of sums, ~1e-7); every mistake below moves some parameter by more than 1e-3
@@ -29,9 +30,8 @@ ABS_TOL = 1e-5
 
 def make_model(in_features: int, hidden: int, seed: int) -> nn.Module:
     """The model of exercise 6.6: three Linear layers with Tanh between them."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh(), nn.Linear(hidden, hidden),
-                         nn.Tanh(), nn.Linear(hidden, 1))
+    return build_model("stack", seed=seed, widths=[in_features, hidden, hidden, 1],
+                       activation="tanh")
 
 
 def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any], *,

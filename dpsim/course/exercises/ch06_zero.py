@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.course.grading.ranks import join, linear_stack, run_specs
+from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
+from dpsim.runtime.models import build_model
 from dpsim.sim.cost.zero_partition import zero1_partition
 
 STEPS = 3
@@ -34,7 +35,7 @@ ADAM_STATE_BYTES = 8  # exp_avg + exp_avg_sq, fp32, per element (the 0-dim step 
 
 def make_model(widths: list[int], seed: int) -> nn.Module:
     """Linear layers with Tanh between them (the model of exercise 6.5)."""
-    return linear_stack(widths, seed, nn.Tanh)
+    return build_model("stack", seed=seed, widths=widths, activation="tanh")
 
 
 def batch(widths: list[int], seed: int, rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,6 @@ and returns plain data (lists of floats, ints, strings).
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -20,16 +19,15 @@ import torch
 from torch import nn
 
 from dpsim.course.grading.registry import Case, exercise
+from dpsim.runtime.models import build_model, layer_stack
 
 ON_META = "still on the meta device"
 
 
 # --- 9.1 an autocast training step, and its model-state bytes ------------------------------
 
-def _amp_model(width: int, seed: int) -> nn.Sequential:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(7, width), nn.LayerNorm(width), nn.GELU(),
-                         nn.Linear(width, 3))
+def _amp_model(width: int, seed: int) -> nn.Module:
+    return build_model("stack", seed=seed, widths=[7, width, 3], activation="gelu", norm=True)
 
 
 def _amp_data(batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,10 +209,7 @@ def _clip_cases(rng: random.Random) -> Iterator[Case]:
 # --- 9.3 meta-device initialisation ------------------------------------------------------
 
 def _meta_model(widths: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in itertools.pairwise(widths):
-        layers += [nn.Linear(a, b), nn.LayerNorm(b), nn.GELU()]
-    return nn.Sequential(*layers)
+    return layer_stack(widths, activation="gelu", norm=True, after_last=True)
 
 
 def _params(model: nn.Module) -> list[list[float]]:

@@ -13,14 +13,12 @@ NotImplementedError as one, so the check says "not done yet").
 from __future__ import annotations
 
 import contextlib
-import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch import nn
 
 Worker = Callable[..., Any]
 _CACHE: dict[tuple[str, int, str], tuple[Any, Any, BaseException | None]] = {}
@@ -59,7 +57,6 @@ def join(rank: int, world_size: int, init_method: str) -> Iterator[None]:
 
 def _rank_main(rank: int, world_size: int, worker: Worker, fn: Callable[..., Any],
                specs: list[dict[str, Any]], tmp: str) -> list[Any]:
-    import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -139,11 +136,3 @@ def _remember(key: tuple[str, int, str], fn: Any, result: Any, error: BaseExcept
     _CACHE[key] = (fn, result, error)
 
 
-def linear_stack(widths: list[int], seed: int, activation: type[nn.Module]) -> nn.Module:
-    """Linear layers with `activation` between them, initialised from `seed` (the models of
-    exercises 5.5, 6.5 and 8.x)."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for a, b in itertools.pairwise(widths):
-        layers += [nn.Linear(a, b), activation()]
-    return nn.Sequential(*layers[:-1])

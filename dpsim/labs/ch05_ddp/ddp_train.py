@@ -21,8 +21,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+from dpsim.runtime import models
 from dpsim.runtime.data import classification
-from dpsim.runtime.models import mlp
+from dpsim.runtime.models.cnn import image_side
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.sim.cost.memory import OPTIMIZERS
 from dpsim.sim.strategies.ddp.buckets import MiB
@@ -63,7 +64,7 @@ class DDPRunConfig:
         require_range("lr", self.lr, 0, low_inclusive=False)
         if self.bucket_cap_mb is not None:
             require_range("bucket_cap_mb", self.bucket_cap_mb, 0, low_inclusive=False)
-        if self.model == "cnn" and _image_side(self.n_features) is None:
+        if self.model == "cnn" and image_side(self.n_features) is None:
             raise ValueError(f"n_features={self.n_features} is not 3 * s * s for model='cnn'; "
                              "allowed: 12, 27, 48, 75, 108, ...")
 
@@ -76,25 +77,12 @@ class DDPRunConfig:
                              f"{self.n_samples} on {world_size} ranks; allowed <= {per_rank}")
 
 
-def _image_side(n_features: int) -> int | None:
-    side = round((n_features / 3) ** 0.5)
-    return side if 3 * side * side == n_features else None
-
-
 def build_model(cfg: DDPRunConfig, seed: int | None = None) -> nn.Module:
-    """The model `cfg` names, initialised from `seed` (default cfg.seed)."""
-    seed = cfg.seed if seed is None else seed
-    if cfg.model == "mlp":
-        return mlp(cfg.n_features, cfg.hidden, cfg.depth, cfg.n_classes, seed=seed)
-    torch.manual_seed(seed)
-    side = _image_side(cfg.n_features) or 1
-    layers: list[nn.Module] = [nn.Unflatten(1, (3, side, side))]
-    channels = 3
-    for _ in range(cfg.depth):
-        layers += [nn.Conv2d(channels, cfg.hidden, 3, padding=1), nn.ReLU()]
-        channels = cfg.hidden
-    layers += [nn.Flatten(), nn.Linear(channels * side * side, cfg.n_classes)]
-    return nn.Sequential(*layers)
+    """The model `cfg` names at its sizes (`models.build_model`), initialised from `seed`
+    (default cfg.seed)."""
+    return models.build_model(cfg.model, seed=cfg.seed if seed is None else seed,
+                              in_features=cfg.n_features, hidden=cfg.hidden, depth=cfg.depth,
+                              n_classes=cfg.n_classes)
 
 
 def build_dataset(cfg: DDPRunConfig) -> TensorDataset:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from dpsim.runtime.fsdp_record import CudaSampler, profile_to_trace, quiet_stderr
-from dpsim.runtime.models import mlp
+from dpsim.runtime.models import build_model
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 from dpsim.sim.cost.memory import MemoryBreakdown
 from dpsim.sim.trace import Trace
@@ -28,36 +28,17 @@ from dpsim.sim.validation import require_choice, require_int, require_range
 MODELS = ("mlp", "residual")
 TOLERANCE = 1e-5  # max |FSDP - one process| per parameter element after a few Adam steps
 IN_FEATURES, N_CLASSES = 13, 5  # odd sizes, so shards do not divide evenly
+SIZES: dict[str, dict[str, Any]] = {  # build_model sizes of each of MODELS
+    "mlp": {"in_features": IN_FEATURES, "hidden": 37, "depth": 2, "n_classes": N_CLASSES},
+    "residual": {"in_features": IN_FEATURES, "width": 30, "hidden": 45, "depth": 2,
+                 "n_classes": N_CLASSES},
+}
 
 
-class ResidualMLP(nn.Module):
-    """A projection, pre-norm residual blocks (LayerNorm, Linear, GELU, Linear), a head."""
-
-    def __init__(self, in_features: int = IN_FEATURES, width: int = 30, hidden: int = 45,
-                 depth: int = 2, n_classes: int = N_CLASSES) -> None:
-        super().__init__()
-        self.proj = nn.Linear(in_features, width)
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(),
-                          nn.Linear(hidden, width)) for _ in range(depth))
-        self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, n_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, in_features] -> logits [batch, n_classes]."""
-        h = self.proj(x)
-        for block in self.blocks:
-            h = h + block(h)
-        return self.head(self.norm(h))
-
-
-def build_model(name: str, seed: int = 0) -> nn.Module:
-    """A small model with odd layer sizes: "mlp" (13-37-37-5) or "residual"."""
+def fsdp_model(name: str, seed: int = 0) -> nn.Module:
+    """The lab's model `name` at its odd sizes: "mlp" (13-37-37-5) or "residual"."""
     require_choice("model", name, MODELS)
-    torch.manual_seed(seed)
-    if name == "mlp":
-        return mlp(in_features=IN_FEATURES, hidden=37, depth=2, n_classes=N_CLASSES, seed=seed)
-    return ResidualMLP()
+    return build_model(name, seed=seed, **SIZES[name])
 
 
 def blocks_of(model: nn.Module) -> list[nn.Module]:
@@ -144,7 +125,7 @@ def train_one_process(model_name: str, steps: int, global_batch: int, lr: float,
     """The reference: the same model trained in one process on the whole global batch."""
     from dpsim.runtime.optimizers import build_optimizer
 
-    model = build_model(model_name, seed)
+    model = fsdp_model(model_name, seed)
     opt = build_optimizer("adam", model.parameters(), lr)
     x, y = training_batches(steps, global_batch, seed)
     losses = []
@@ -173,7 +154,7 @@ def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), st
     mesh = init_device_mesh(device.type, (world_size,))
     out: dict[str, Any] = {}
     for name in models:
-        model = build_model(name, seed)
+        model = fsdp_model(name, seed)
         shapes = param_shapes(model)
         shard(model.to(device), mesh)
         opt = build_optimizer("adam", model.parameters(), lr)

@@ -27,13 +27,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from dpsim.runtime.models import build_model
+
 HIDDEN = 1024  # Linear(1024, 1024) layers: 4 MiB of fp32 gradient each
 N_LAYERS = 8  # 8 x 4 MiB = 32 MiB: more than one 25 MiB bucket
 
 
-def _model(seed: int) -> nn.Sequential:
-    torch.manual_seed(seed)
-    return nn.Sequential(*[nn.Linear(HIDDEN, HIDDEN) for _ in range(N_LAYERS)])
+def _model(seed: int = 0, device: str | None = None) -> nn.Module:
+    """N_LAYERS Linear(HIDDEN, HIDDEN) layers, nothing between them."""
+    return build_model("stack", seed=seed, device=device,
+                       widths=[HIDDEN] * (N_LAYERS + 1), activation="none")
 
 
 def _flat(tensors: Any) -> torch.Tensor:
@@ -111,11 +114,11 @@ def fsdp_facts(rank: int, world_size: int) -> dict[str, Any]:
     the recorded step, once before their forward and once after it (for backward), and
     reduce-scatter their gradients once.
     """
-    from dpsim.labs.ch06_fsdp.fsdp_train import build_model, fsdp_rank
+    from dpsim.labs.ch06_fsdp.fsdp_train import fsdp_model, fsdp_rank
     from dpsim.sim.trace import Trace
 
     out = fsdp_rank(rank, world_size, ("residual",), steps=2, record=True)["residual"]
-    full = sum(p.numel() for p in build_model("residual").parameters()) * 4
+    full = sum(p.numel() for p in fsdp_model("residual").parameters()) * 4
     local = out["local"]
     trace = Trace.from_dict(out["trace"])
     blocks = sorted({e.label for e in trace.events if e.kind == "forward"})
@@ -137,7 +140,7 @@ def predicted_buckets() -> list[int]:
     """dpsim's bucket sizes (bytes) for the model `ddp_facts_rank` wraps."""
     from dpsim.sim.strategies.ddp import GradTensor, build_buckets
 
-    model = nn.Sequential(*[nn.Linear(HIDDEN, HIDDEN, device="meta") for _ in range(N_LAYERS)])
+    model = _model(device="meta")
     tensors = [GradTensor(n, p.numel() * 4) for n, p in model.named_parameters()]
     return [b.nbytes for b in build_buckets(tensors)]
 

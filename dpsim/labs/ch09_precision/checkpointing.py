@@ -18,39 +18,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.measure import saved_tensors
+from dpsim.runtime.models import BlockStack
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s
 from dpsim.sim.cost.memory import checkpointed_activation_bytes
 from dpsim.sim.hardware import cpu_device
-from dpsim.sim.validation import require_bool, require_int
+from dpsim.sim.validation import require_int
 from dpsim.sim.workload import Layer, Workload
-
-
-class BlockStack(nn.Module):
-    """`depth` residual blocks h + (LayerNorm, Linear, GELU, Linear)(h); classes = width."""
-
-    def __init__(self, width: int = 64, hidden: int = 256, depth: int = 4,
-                 checkpointed: bool = False) -> None:
-        super().__init__()
-        require_int("width", width, 1, 1 << 14)
-        require_int("hidden", hidden, 1, 1 << 16)
-        require_int("depth", depth, 1, 256)
-        require_bool("checkpointed", checkpointed)
-        self.checkpointed = checkpointed
-        self.blocks = nn.ModuleList(
-            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(),
-                          nn.Linear(hidden, width)) for _ in range(depth))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, width] -> logits [batch, width]."""
-        h = x
-        for block in self.blocks:
-            h = h + (checkpoint(block, h, use_reentrant=False) if self.checkpointed
-                     else block(h))
-        return h
 
 
 def block_workload(model: BlockStack, x: torch.Tensor) -> Workload:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dpsim.runtime.models import layer_stack
 from dpsim.sim.validation import require_int, require_range
 
 IN, HIDDEN, OUT = 13, 37, 5
@@ -21,7 +22,7 @@ IN, HIDDEN, OUT = 13, 37, 5
 
 def _model(seed: int) -> nn.Sequential:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(IN, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, OUT))
+    return layer_stack([IN, HIDDEN, OUT], activation="gelu")
 
 
 def _data(global_batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

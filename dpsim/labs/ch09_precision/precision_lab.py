@@ -22,7 +22,7 @@ def meta_rank(rank: int, world_size: int) -> dict[str, Any]:
 
     from dpsim.labs.ch06_fsdp.fsdp_train import param_shapes
     from dpsim.labs.ch06_fsdp.meta_init import allocation_peak, build_sharded
-    from dpsim.labs.ch09_precision.checkpointing import BlockStack
+    from dpsim.runtime.models import BlockStack
     from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 
     mesh = init_device_mesh("cpu", (world_size,))

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from dpsim.labs.ch06_fsdp.fsdp_train import (
-    build_model,
+    fsdp_model,
     param_shapes,
     shard,
     train_one_process,
@@ -60,7 +60,7 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, rank: int, world_size: 
 def _sharded(world_size: int, lr: float, seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
     from torch.distributed.device_mesh import init_device_mesh
 
-    model = shard(build_model(MODEL, seed), init_device_mesh("cpu", (world_size,)))
+    model = shard(fsdp_model(MODEL, seed), init_device_mesh("cpu", (world_size,)))
     return model, torch.optim.Adam(model.parameters(), lr=lr)
 
 
@@ -68,7 +68,7 @@ def predicted_write_bytes(world_size: int, rank: int, seed: int = 0) -> int:
     """Tensor bytes rank `rank` writes: its parameter shards and two Adam states of the same
     shape (fp32); rank 0 also writes the replicated per-parameter `step` counters (DCP saves a
     replicated tensor once; `save_rank` asks for it on the lowest rank)."""
-    shapes = param_shapes(build_model(MODEL, seed))
+    shapes = param_shapes(fsdp_model(MODEL, seed))
     params = fsdp_rank_bytes(shapes, world_size, rank).parameters
     steps = 4 * len(shapes) if rank == 0 else 0  # one fp32 scalar per parameter
     return params * (1 + ADAM_STATES) + steps
@@ -221,7 +221,7 @@ def inference_max_diff(path: str, reference: dict[str, torch.Tensor], seed: int 
     """Load an exported full state dict into a plain (unsharded) model and return the largest
     |logit difference| against a model holding `reference` parameters, on `n` inputs."""
     state = torch.load(path, map_location="cpu", weights_only=True)
-    exported, ref = build_model(MODEL, seed), build_model(MODEL, seed)
+    exported, ref = fsdp_model(MODEL, seed), fsdp_model(MODEL, seed)
     exported.load_state_dict(state)
     ref.load_state_dict(reference)
     x, _ = training_batches(1, n, seed + 99)

@@ -20,7 +20,7 @@ from torch import nn
 
 from dpsim.labs.ch06_fsdp.fsdp_train import (
     blocks_of,
-    build_model,
+    fsdp_model,
     param_shapes,
     shard,
     train_one_process,
@@ -90,7 +90,7 @@ def hsdp_rank(rank: int, world_size: int, replicate: int, steps: int, global_bat
     shard_size = world_size // replicate
     mesh = init_device_mesh("cpu", (replicate, shard_size),
                             mesh_dim_names=("replicate", "shard"))
-    model = build_model(MODEL, seed)
+    model = fsdp_model(MODEL, seed)
     shapes = param_shapes(model)
     shard(model, mesh)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
