@@ -2,7 +2,7 @@
 dimension, and the timeline of an elastic job that lost a rank and caught up.
 
 Pure builders: they draw the numbers and events they are given (from
-`runtime.dcp_reshard`, `runtime.hsdp_train`, `runtime.elastic`) and compute nothing else.
+`labs.ch10_failures`: `dcp_reshard`, `hsdp_train`, `elastic`) and compute nothing else.
 """
 
 from __future__ import annotations

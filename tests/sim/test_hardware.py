@@ -166,7 +166,7 @@ def test_infinite_overhead_is_reported_as_not_finite() -> None:
 
 def test_presets_and_calibration_units_stay_within_the_bounds() -> None:
     unit = Device("unit", "cpu", 1.0, 1e9, 1e9, 1e12, op_overhead_us=1.0, efficiency=1.0)
-    assert unit.mem_bw_GBps == 1e12  # runtime.calibrate's unit device
+    assert unit.mem_bw_GBps == 1e12  # labs.ch01_single_device.calibrate's unit device
     assert cpu_device(2).fp32_tflops == pytest.approx(0.1)
     assert cpu_device(None).kind == "cpu"
 

@@ -3,7 +3,7 @@
 `fully_shard` splits every parameter with `torch.chunk` along dim 0 (ceil(dim0 / N) rows
 per rank, fewer or none at the end) and pads each local shard to the first rank's size;
 these functions give the rows, elements and bytes per rank that cut leaves
-(`runtime.fsdp_train` measures them against real shards).
+(`labs.ch06_fsdp.fsdp_train` measures them against real shards).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Peak numbers are vendor datasheet figures (dense, no sparsity), each sourced in
 `dpsim.sim.hardware.gpu_specs`. `efficiency` is the fraction of peak a well-tuned training
-step reaches; `runtime.calibrate` measures it.
+step reaches; `labs.ch01_single_device.calibrate` measures it.
 """
 
 from __future__ import annotations
