@@ -1,6 +1,7 @@
 """One notebook in headless Chromium, used as a learner uses it.
 
-Open it in JupyterLab, Run > Run All Cells, wait for the kernel to go idle, then look:
+Open it in JupyterLab, Run > Run All Cells (or, on the nbval run's executed copy, run
+only the cells its widgets need), wait for the kernel to go idle, then look:
 errors, figures drawn, widgets drawn, one slider per dashboard moved (the figure must
 change), animations played to their last frame. Every wait is bounded, and every
 problem is collected as a sentence that says where (notebook, cell, first line).
@@ -44,6 +45,7 @@ class NotebookResult:
     checks: list[str] = field(default_factory=list)  # what was verified, in words
     run_s: float | None = None  # Run All Cells -> kernel idle
     replayed: bool = False  # shown from the nbval run's executed copy, not run here
+    live_cells: list[int] = field(default_factory=list)  # code cells run here on a replay
     first_output_s: float | None = None  # Run All Cells -> first output on the page
     n_code_cells: int = 0
     n_figures: int = 0
@@ -56,7 +58,9 @@ class NotebookResult:
         """One line for the terminal summary."""
         run = f"{self.run_s:.1f} s" if self.run_s is not None else "did not finish"
         if self.replayed:
-            run = "nbval (outputs replayed)"
+            live = (f"; code cells {self.live_cells} run live in {run}" if self.live_cells
+                    else "")
+            run = f"nbval (outputs replayed{live})"
         first = f"{self.first_output_s:.1f} s" if self.first_output_s is not None else "-"
         verdict = "ok" if not self.failures else f"{len(self.failures)} problem(s)"
         phases = ", ".join(f"{k} {v:.0f} s" for k, v in self.phase_s.items())
@@ -173,6 +177,65 @@ def run_all(nb: NotebookSession, result: NotebookResult, time_limit_s: float) ->
         "the notebook must finish well within this limit on a 2-core CPU"
     )
     return False
+
+
+def run_cells(nb: NotebookSession, result: NotebookResult, code_cells: list[int],
+              time_limit_s: float) -> bool:
+    """Run code cells `code_cells` (numbers among the code cells) in order, each selected
+    and run with Ctrl+Enter (notebook:run-cell) as a learner does, then wait for the kernel
+    to go idle. The kernel is fresh: the j-th cell run must show execution count j."""
+    code = [c for c in nb.probe("cells") or [] if c["code"]]
+    missing = [k for k in code_cells if k >= len(code)]
+    if missing:
+        result.failures.append(f"{nb.notebook.name}: has no code cells {missing} to run live")
+        return False
+    t0 = time.monotonic()
+    expected = {code[k]["index"]: f"[{j}]:" for j, k in enumerate(code_cells, start=1)}
+    for index, prompt in expected.items():
+        nb.cell(index).locator(".jp-InputArea-prompt").first.click()
+        nb.page.keyboard.press("Control+Enter")
+        if not _poll(partial(_started, nb, index, prompt), 10.0, 0.1):
+            result.failures.append(
+                f"{nb.where(_cell_info(nb, index))}: did not start after Ctrl+Enter "
+                f"(prompt {_prompt(nb, index)!r})")
+            return False
+    while time.monotonic() - t0 < time_limit_s:
+        dialog = nb.probe("dialogText")
+        if dialog:
+            result.failures.append(f"{nb.notebook.name}: a dialog opened while running: {dialog}")
+            return False
+        cells = {c["index"]: c for c in nb.probe("cells") or []}
+        status = nb.probe("kernelStatus") or ""
+        if status.endswith("| Idle") and all(
+                cells[i]["prompt"] != "[*]:" for i in expected if i in cells):
+            result.run_s = time.monotonic() - t0
+            wrong = [f"{nb.where(cells[i])} shows {cells[i]['prompt']!r}, not {p!r}"
+                     for i, p in expected.items() if cells[i]["prompt"] != p]
+            result.failures += [f"{w} (live cells run out of order or twice)" for w in wrong]
+            return not wrong
+        time.sleep(0.5)
+    busy = [i for i in expected if _prompt(nb, i) == "[*]:"]
+    at = nb.where(_cell_info(nb, busy[0])) if busy else nb.notebook.name
+    result.failures.append(
+        f"{at}: still running {time_limit_s:.0f} s after the live cells {code_cells} were "
+        f"started (kernel status {nb.probe('kernelStatus')!r})")
+    return False
+
+
+def _cell_info(nb: NotebookSession, index: int) -> dict[str, Any]:
+    """The probe's record of cell `index` (for where())."""
+    cells = nb.probe("cells") or []
+    return cells[index] if index < len(cells) else {"index": index, "source_head": "?"}
+
+
+def _started(nb: NotebookSession, index: int, done_prompt: str) -> bool:
+    """Whether cell `index` is queued, running ([*]) or done with prompt `done_prompt`."""
+    return _prompt(nb, index) in ("[*]:", done_prompt)
+
+
+def _prompt(nb: NotebookSession, index: int) -> str:
+    """The execution prompt of cell `index` ('[3]:', '[*]:', '[ ]:')."""
+    return str(_cell_info(nb, index).get("prompt", ""))
 
 
 def _settled(cells: list[dict[str, Any]]) -> bool:
@@ -453,14 +516,17 @@ def check_notebook(
     shots_dir: Path,
     time_limit_s: float,
     executed_url: str | None = None,
+    live_cells: list[int] | None = None,
 ) -> NotebookResult:
     """Everything above, for one notebook in a new page; the kernel is shut down afterwards.
 
     With `executed_url` (the nbval run's executed copy of the notebook, see
-    tests/support/executed_notebooks.py) the page shows that copy and nothing is run:
-    its outputs, figures and animations are checked as they are drawn.
+    tests/support/executed_notebooks.py) the page shows that copy and runs only code
+    cells `live_cells` (its widgets and what they need); every output, figure, widget and
+    animation on the page is checked as it is drawn.
     """
-    result = NotebookResult(notebook.name, replayed=executed_url is not None)
+    live = list(live_cells or [])
+    result = NotebookResult(notebook.name, replayed=executed_url is not None, live_cells=live)
     clock = _PhaseClock(result)
     nb = NotebookSession(context, server, notebook)
     cells: list[dict[str, Any]] = []
@@ -469,7 +535,7 @@ def check_notebook(
         clock.lap("open")
         if failure:
             result.failures.append(failure)
-        elif executed_url is not None or run_all(nb, result, time_limit_s):
+        elif _run(nb, result, executed_url is not None, live, time_limit_s):
             clock.lap("run")
             cells = inspect_outputs(nb, result, SETTLE_S)
             clock.lap("inspect")
@@ -499,6 +565,14 @@ def check_notebook(
         server.shutdown_kernels(wait=False)
         clock.lap("close")
     return result
+
+
+def _run(nb: NotebookSession, result: NotebookResult, replay: bool, live: list[int],
+         time_limit_s: float) -> bool:
+    """Run All Cells; on a replay, only the live cells (none: nothing to run)."""
+    if not replay:
+        return run_all(nb, result, time_limit_s)
+    return run_cells(nb, result, live, time_limit_s) if live else True
 
 
 def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:
