@@ -72,6 +72,15 @@ class NotebookResult:
         )
 
 
+@dataclass
+class Replay:
+    """Show the nbval run's executed copy of a notebook; run only some of its cells."""
+
+    url: str  # the copy, as the lab serves it
+    n_code_cells: int  # the page must show this many before anything is read
+    live_cells: list[int]  # code cell numbers to run here (its widgets and what they need)
+
+
 class NotebookSession:
     """A browser page showing one notebook, with the probe loaded."""
 
@@ -515,27 +524,27 @@ def check_notebook(
     notebook: Path,
     shots_dir: Path,
     time_limit_s: float,
-    executed_url: str | None = None,
-    live_cells: list[int] | None = None,
+    replay: Replay | None = None,
 ) -> NotebookResult:
     """Everything above, for one notebook in a new page; the kernel is shut down afterwards.
 
-    With `executed_url` (the nbval run's executed copy of the notebook, see
-    tests/support/executed_notebooks.py) the page shows that copy and runs only code
-    cells `live_cells` (its widgets and what they need); every output, figure, widget and
-    animation on the page is checked as it is drawn.
+    With `replay` (the nbval run's executed copy of the notebook, see
+    tests/support/executed_notebooks.py) the page shows that copy and runs only its live
+    cells; every output, figure, widget and animation on the page is checked as drawn.
     """
-    live = list(live_cells or [])
-    result = NotebookResult(notebook.name, replayed=executed_url is not None, live_cells=live)
+    result = NotebookResult(notebook.name, replayed=replay is not None,
+                            live_cells=list(replay.live_cells) if replay else [])
     clock = _PhaseClock(result)
     nb = NotebookSession(context, server, notebook)
     cells: list[dict[str, Any]] = []
     try:
-        failure = open_notebook(nb, executed_url)
+        failure = open_notebook(nb, replay.url if replay else None)
+        if replay and not failure:
+            failure = _wait_for_cells(nb, replay.n_code_cells)
         clock.lap("open")
         if failure:
             result.failures.append(failure)
-        elif _run(nb, result, executed_url is not None, live, time_limit_s):
+        elif _run(nb, result, replay, time_limit_s):
             clock.lap("run")
             cells = inspect_outputs(nb, result, SETTLE_S)
             clock.lap("inspect")
@@ -567,12 +576,24 @@ def check_notebook(
     return result
 
 
-def _run(nb: NotebookSession, result: NotebookResult, replay: bool, live: list[int],
+def _run(nb: NotebookSession, result: NotebookResult, replay: Replay | None,
          time_limit_s: float) -> bool:
     """Run All Cells; on a replay, only the live cells (none: nothing to run)."""
-    if not replay:
+    if replay is None:
         return run_all(nb, result, time_limit_s)
-    return run_cells(nb, result, live, time_limit_s) if live else True
+    return run_cells(nb, result, replay.live_cells, time_limit_s) if replay.live_cells else True
+
+
+def _wait_for_cells(nb: NotebookSession, n_code_cells: int) -> str | None:
+    """Wait until the page shows `n_code_cells` code cells (JupyterLab adds a long
+    notebook's cells in batches after it opens); return a failure sentence or None."""
+    def shown() -> int:
+        return sum(1 for c in nb.probe("cells") or [] if c["code"])
+
+    if _poll(lambda: shown() >= n_code_cells, SETTLE_S):
+        return None
+    return (f"{nb.notebook.name}: the page shows {shown()} of its {n_code_cells} code cells "
+            f"{SETTLE_S:.0f} s after it opened")
 
 
 def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 from lab_driver import LabServer, copy_for_docs, notebooks
 
@@ -58,13 +59,17 @@ def test_notebook_in_jupyterlab(
     record_result: Any,
     request: pytest.FixtureRequest,
 ) -> None:
-    from notebook_page import check_notebook
+    from notebook_page import Replay, check_notebook
 
     executed = _executed_copy(notebook, lab_server, request.session)
-    executed_url = lab_server.file_url(executed) if executed is not None else None
-    live = cells_to_run(executed) if executed is not None else None
+    replay = None
+    if executed is not None:
+        url = lab_server.file_url(executed)
+        assert url is not None  # _executed_copy checked that the lab serves artifacts/
+        n_code = sum(c.cell_type == "code" for c in nbformat.read(executed, as_version=4).cells)
+        replay = Replay(url, n_code, cells_to_run(executed))
     result = check_notebook(browser_context, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S,
-                            executed_url, live)
+                            replay)
     record_result(result)
     for note in result.notes:
         print("note:", note)
