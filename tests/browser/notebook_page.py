@@ -333,6 +333,37 @@ def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResu
         check_figures(nb, cell, result, when=" after a slider move")
 
 
+def check_dropdown(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult,
+                   settings: int = 2) -> None:
+    """Choose `settings` other options of a dashboard's first dropdown; what it shows must
+    change each time, and every figure it draws must pass the figure checks."""
+    i = cell["index"]
+    select = nb.cell(i).locator(".widget-dropdown select").first
+    select.scroll_into_view_if_needed()
+    if select.is_disabled():
+        result.notes.append(f"{nb.where(cell)}: its dropdown is disabled; nothing chosen")
+        return
+    labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.text)")
+    now: int = select.evaluate("s => s.selectedIndex")
+    for k in [k for k in range(len(labels)) if k != now][:settings]:
+        before_fp = nb.probe("figureFingerprint", i)
+        select.select_option(index=k)
+        chose = f"dropdown option {labels[k][:60]!r}"
+        if not _poll(partial(_changed, nb, i, before_fp), SLIDER_EFFECT_S):
+            result.failures.append(f"{nb.where(cell)}: chose {chose}, but the figure did not "
+                                   f"change within {SLIDER_EFFECT_S:.0f} s")
+            return
+        _wait_stable(nb, i)
+        result.checks.append(f"{nb.where(cell)}: {chose} changed the figure")
+        check_figures(nb, cell, result, when=" after a dropdown choice")
+
+
+def _changed(nb: NotebookSession, index: int, before_fp: Any) -> bool:
+    """Whether cell `index` shows a drawn figure other than fingerprint `before_fp`."""
+    fp = nb.probe("figureFingerprint", index)
+    return fp is not None and fp != before_fp
+
+
 def _move_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> bool:
     """Drag the first enabled slider one third along; True when the figure changed."""
     i = cell["index"]
@@ -597,7 +628,8 @@ def _wait_for_cells(nb: NotebookSession, n_code_cells: int) -> str | None:
 
 
 def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:
-    """Play every animation; move one slider in every dashboard (sliders and a figure)."""
+    """Play every animation; move one slider in every dashboard (sliders and a figure), or
+    choose other options of its dropdown where it has no slider."""
     for c in cells:
         checks: list[Callable[[], None]] = [
             partial(check_plotly_animation, nb, c, p, result)
@@ -608,6 +640,8 @@ def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookR
             checks.append(partial(check_play_widget, nb, c, result))
         elif c["n_sliders"] and (c["plots"] or c["dashboard"]):
             checks.append(partial(check_slider, nb, c, result))
+        elif c["n_dropdowns"] and c["dashboard"]:
+            checks.append(partial(check_dropdown, nb, c, result))
         for check in checks:
             try:
                 check()
