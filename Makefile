@@ -69,9 +69,10 @@ exercises: $(STAMP)
 # --dist loadfile keeps each file on one worker, so a notebook's nbval cells run in order in
 # one kernel and a module's shared fixture (one launch, one grading run, one JupyterLab)
 # runs once. --no-loadscope-reorder hands out files in collection order: conftest.py puts
-# the notebooks the browser test replays first (their nbval run writes the executed copies
-# it opens, see tests/support/executed_notebooks.py), then the longest file, the browser
-# test (tests/browser), so that it starts at once instead of last.
+# the notebooks/ nbval files first (their nbval run writes the executed copies the browser
+# test opens, running live only what their widgets need, see
+# tests/support/executed_notebooks.py), then the browser test (tests/browser), so that it
+# starts as the notebooks end and no copy is waited for long.
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts

@@ -5,9 +5,10 @@ drawing included) go through `tests.support.figure_checks.figure_problems`; a fi
 axis hides its data, whose log axis spans too many decades, with an empty trace or panel,
 or with a cut-off table header fails that cell.
 
-The notebooks the browser test replays (`tests.support.executed_notebooks.REPLAYED`) run
-once per suite: their nbval cells come first in the run, and what they printed and drew
-is written as an executed copy that the browser test opens instead of running them again.
+The notebooks in notebooks/ run once per suite: their nbval cells come first in the run,
+and what they printed and drew is written as an executed copy that the browser test opens
+instead of running them again (it runs live only the cells its widgets need, see
+tests/support/executed_notebooks.py).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def _replayed_cell(item: pytest.Item) -> Path | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Replayed notebooks' nbval cells first, then the browser test, then the rest.
 
-    With `--dist loadfile --no-loadscope-reorder` one worker runs the replayed notebooks
-    while the other starts the browser test (the longest file), which reaches them last.
+    With `--dist loadfile --no-loadscope-reorder` both workers run the notebooks first;
+    the browser test starts as the last of them ends (it waits for an executed copy still
+    being written) while the other worker goes on with the rest.
     """
     if not any(_replayed_cell(i) for i in items):
         return

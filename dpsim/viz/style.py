@@ -51,7 +51,8 @@ STEP_SPLIT_COLORS: dict[str, str] = {
 }
 
 # Where a figure's numbers come from; every figure's title names one (tests.support.figure_checks).
-SOURCE_WORDS = ("measured", "re-enacted", "simulated", "published", "recorded")
+# "torch source" is the myths lab's kind of evidence read from the installed torch.
+SOURCE_WORDS = ("measured", "re-enacted", "simulated", "published", "recorded", "torch source")
 
 SOURCE_DASH = {"simulated": "dash", "measured": "solid", "re-enacted": "dot"}
 

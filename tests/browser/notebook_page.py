@@ -1,6 +1,7 @@
 """One notebook in headless Chromium, used as a learner uses it.
 
-Open it in JupyterLab, Run > Run All Cells, wait for the kernel to go idle, then look:
+Open it in JupyterLab, Run > Run All Cells (or, on the nbval run's executed copy, run
+only the cells its widgets need), wait for the kernel to go idle, then look:
 errors, figures drawn, widgets drawn, one slider per dashboard moved (the figure must
 change), animations played to their last frame. Every wait is bounded, and every
 problem is collected as a sentence that says where (notebook, cell, first line).
@@ -44,6 +45,7 @@ class NotebookResult:
     checks: list[str] = field(default_factory=list)  # what was verified, in words
     run_s: float | None = None  # Run All Cells -> kernel idle
     replayed: bool = False  # shown from the nbval run's executed copy, not run here
+    live_cells: list[int] = field(default_factory=list)  # code cells run here on a replay
     first_output_s: float | None = None  # Run All Cells -> first output on the page
     n_code_cells: int = 0
     n_figures: int = 0
@@ -56,7 +58,9 @@ class NotebookResult:
         """One line for the terminal summary."""
         run = f"{self.run_s:.1f} s" if self.run_s is not None else "did not finish"
         if self.replayed:
-            run = "nbval (outputs replayed)"
+            live = (f"; code cells {self.live_cells} run live in {run}" if self.live_cells
+                    else "")
+            run = f"nbval (outputs replayed{live})"
         first = f"{self.first_output_s:.1f} s" if self.first_output_s is not None else "-"
         verdict = "ok" if not self.failures else f"{len(self.failures)} problem(s)"
         phases = ", ".join(f"{k} {v:.0f} s" for k, v in self.phase_s.items())
@@ -66,6 +70,15 @@ class NotebookResult:
             f"{self.n_widget_outputs} widget outputs; {len(self.checks)} interactive checks"
             f" [{phases}]"
         )
+
+
+@dataclass
+class Replay:
+    """Show the nbval run's executed copy of a notebook; run only some of its cells."""
+
+    url: str  # the copy, as the lab serves it
+    n_code_cells: int  # the page must show this many before anything is read
+    live_cells: list[int]  # code cell numbers to run here (its widgets and what they need)
 
 
 class NotebookSession:
@@ -175,6 +188,65 @@ def run_all(nb: NotebookSession, result: NotebookResult, time_limit_s: float) ->
     return False
 
 
+def run_cells(nb: NotebookSession, result: NotebookResult, code_cells: list[int],
+              time_limit_s: float) -> bool:
+    """Run code cells `code_cells` (numbers among the code cells) in order, each selected
+    and run with Ctrl+Enter (notebook:run-cell) as a learner does, then wait for the kernel
+    to go idle. The kernel is fresh: the j-th cell run must show execution count j."""
+    code = [c for c in nb.probe("cells") or [] if c["code"]]
+    missing = [k for k in code_cells if k >= len(code)]
+    if missing:
+        result.failures.append(f"{nb.notebook.name}: has no code cells {missing} to run live")
+        return False
+    t0 = time.monotonic()
+    expected = {code[k]["index"]: f"[{j}]:" for j, k in enumerate(code_cells, start=1)}
+    for index, prompt in expected.items():
+        nb.cell(index).locator(".jp-InputArea-prompt").first.click()
+        nb.page.keyboard.press("Control+Enter")
+        if not _poll(partial(_started, nb, index, prompt), 10.0, 0.1):
+            result.failures.append(
+                f"{nb.where(_cell_info(nb, index))}: did not start after Ctrl+Enter "
+                f"(prompt {_prompt(nb, index)!r})")
+            return False
+    while time.monotonic() - t0 < time_limit_s:
+        dialog = nb.probe("dialogText")
+        if dialog:
+            result.failures.append(f"{nb.notebook.name}: a dialog opened while running: {dialog}")
+            return False
+        cells = {c["index"]: c for c in nb.probe("cells") or []}
+        status = nb.probe("kernelStatus") or ""
+        if status.endswith("| Idle") and all(
+                cells[i]["prompt"] != "[*]:" for i in expected if i in cells):
+            result.run_s = time.monotonic() - t0
+            wrong = [f"{nb.where(cells[i])} shows {cells[i]['prompt']!r}, not {p!r}"
+                     for i, p in expected.items() if cells[i]["prompt"] != p]
+            result.failures += [f"{w} (live cells run out of order or twice)" for w in wrong]
+            return not wrong
+        time.sleep(0.5)
+    busy = [i for i in expected if _prompt(nb, i) == "[*]:"]
+    at = nb.where(_cell_info(nb, busy[0])) if busy else nb.notebook.name
+    result.failures.append(
+        f"{at}: still running {time_limit_s:.0f} s after the live cells {code_cells} were "
+        f"started (kernel status {nb.probe('kernelStatus')!r})")
+    return False
+
+
+def _cell_info(nb: NotebookSession, index: int) -> dict[str, Any]:
+    """The probe's record of cell `index` (for where())."""
+    cells = nb.probe("cells") or []
+    return cells[index] if index < len(cells) else {"index": index, "source_head": "?"}
+
+
+def _started(nb: NotebookSession, index: int, done_prompt: str) -> bool:
+    """Whether cell `index` is queued, running ([*]) or done with prompt `done_prompt`."""
+    return _prompt(nb, index) in ("[*]:", done_prompt)
+
+
+def _prompt(nb: NotebookSession, index: int) -> str:
+    """The execution prompt of cell `index` ('[3]:', '[*]:', '[ ]:')."""
+    return str(_cell_info(nb, index).get("prompt", ""))
+
+
 def _settled(cells: list[dict[str, Any]]) -> bool:
     """Every figure drawn and no output in a transient 'loading' state."""
     for c in cells:
@@ -259,6 +331,37 @@ def check_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResu
         if not _move_slider(nb, cell, result):
             return
         check_figures(nb, cell, result, when=" after a slider move")
+
+
+def check_dropdown(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult,
+                   settings: int = 2) -> None:
+    """Choose `settings` other options of a dashboard's first dropdown; what it shows must
+    change each time, and every figure it draws must pass the figure checks."""
+    i = cell["index"]
+    select = nb.cell(i).locator(".widget-dropdown select").first
+    select.scroll_into_view_if_needed()
+    if select.is_disabled():
+        result.notes.append(f"{nb.where(cell)}: its dropdown is disabled; nothing chosen")
+        return
+    labels: list[str] = select.evaluate("s => Array.from(s.options).map(o => o.text)")
+    now: int = select.evaluate("s => s.selectedIndex")
+    for k in [k for k in range(len(labels)) if k != now][:settings]:
+        before_fp = nb.probe("figureFingerprint", i)
+        select.select_option(index=k)
+        chose = f"dropdown option {labels[k][:60]!r}"
+        if not _poll(partial(_changed, nb, i, before_fp), SLIDER_EFFECT_S):
+            result.failures.append(f"{nb.where(cell)}: chose {chose}, but the figure did not "
+                                   f"change within {SLIDER_EFFECT_S:.0f} s")
+            return
+        _wait_stable(nb, i)
+        result.checks.append(f"{nb.where(cell)}: {chose} changed the figure")
+        check_figures(nb, cell, result, when=" after a dropdown choice")
+
+
+def _changed(nb: NotebookSession, index: int, before_fp: Any) -> bool:
+    """Whether cell `index` shows a drawn figure other than fingerprint `before_fp`."""
+    fp = nb.probe("figureFingerprint", index)
+    return fp is not None and fp != before_fp
 
 
 def _move_slider(nb: NotebookSession, cell: dict[str, Any], result: NotebookResult) -> bool:
@@ -452,24 +555,27 @@ def check_notebook(
     notebook: Path,
     shots_dir: Path,
     time_limit_s: float,
-    executed_url: str | None = None,
+    replay: Replay | None = None,
 ) -> NotebookResult:
     """Everything above, for one notebook in a new page; the kernel is shut down afterwards.
 
-    With `executed_url` (the nbval run's executed copy of the notebook, see
-    tests/support/executed_notebooks.py) the page shows that copy and nothing is run:
-    its outputs, figures and animations are checked as they are drawn.
+    With `replay` (the nbval run's executed copy of the notebook, see
+    tests/support/executed_notebooks.py) the page shows that copy and runs only its live
+    cells; every output, figure, widget and animation on the page is checked as drawn.
     """
-    result = NotebookResult(notebook.name, replayed=executed_url is not None)
+    result = NotebookResult(notebook.name, replayed=replay is not None,
+                            live_cells=list(replay.live_cells) if replay else [])
     clock = _PhaseClock(result)
     nb = NotebookSession(context, server, notebook)
     cells: list[dict[str, Any]] = []
     try:
-        failure = open_notebook(nb, executed_url)
+        failure = open_notebook(nb, replay.url if replay else None)
+        if replay and not failure:
+            failure = _wait_for_cells(nb, replay.n_code_cells)
         clock.lap("open")
         if failure:
             result.failures.append(failure)
-        elif executed_url is not None or run_all(nb, result, time_limit_s):
+        elif _run(nb, result, replay, time_limit_s):
             clock.lap("run")
             cells = inspect_outputs(nb, result, SETTLE_S)
             clock.lap("inspect")
@@ -501,8 +607,29 @@ def check_notebook(
     return result
 
 
+def _run(nb: NotebookSession, result: NotebookResult, replay: Replay | None,
+         time_limit_s: float) -> bool:
+    """Run All Cells; on a replay, only the live cells (none: nothing to run)."""
+    if replay is None:
+        return run_all(nb, result, time_limit_s)
+    return run_cells(nb, result, replay.live_cells, time_limit_s) if replay.live_cells else True
+
+
+def _wait_for_cells(nb: NotebookSession, n_code_cells: int) -> str | None:
+    """Wait until the page shows `n_code_cells` code cells (JupyterLab adds a long
+    notebook's cells in batches after it opens); return a failure sentence or None."""
+    def shown() -> int:
+        return sum(1 for c in nb.probe("cells") or [] if c["code"])
+
+    if _poll(lambda: shown() >= n_code_cells, SETTLE_S):
+        return None
+    return (f"{nb.notebook.name}: the page shows {shown()} of its {n_code_cells} code cells "
+            f"{SETTLE_S:.0f} s after it opened")
+
+
 def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookResult) -> None:
-    """Play every animation; move one slider in every dashboard (sliders and a figure)."""
+    """Play every animation; move one slider in every dashboard (sliders and a figure), or
+    choose other options of its dropdown where it has no slider."""
     for c in cells:
         checks: list[Callable[[], None]] = [
             partial(check_plotly_animation, nb, c, p, result)
@@ -513,6 +640,8 @@ def interact(nb: NotebookSession, cells: list[dict[str, Any]], result: NotebookR
             checks.append(partial(check_play_widget, nb, c, result))
         elif c["n_sliders"] and (c["plots"] or c["dashboard"]):
             checks.append(partial(check_slider, nb, c, result))
+        elif c["n_dropdowns"] and c["dashboard"]:
+            checks.append(partial(check_dropdown, nb, c, result))
         for check in checks:
             try:
                 check()

@@ -144,6 +144,7 @@
         n_widgets: c.querySelectorAll(".jupyter-widgets").length,
         n_sliders: c.querySelectorAll(".widget-slider .noUi-handle").length,
         n_play: c.querySelectorAll(".widget-play").length,
+        n_dropdowns: c.querySelectorAll(".widget-dropdown select").length,
         dashboard: !!c.querySelector(".dpsim-dashboard"),
         // outputs wider than the notebook: a learner would have to scroll sideways
         scrolls_sideways: Array.from(c.querySelectorAll(".jp-OutputArea-output")).some(

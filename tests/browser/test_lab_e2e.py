@@ -4,9 +4,10 @@ Run > Run All Cells; then: no cell shows an error, every plotly figure is drawn,
 ipywidgets render, one slider per dashboard changes its figure, animations play to
 their last frame. Screenshots go to artifacts/screenshots/ (the summary says where).
 
-A notebook in tests/support/executed_notebooks.REPLAYED (long real runs, no widgets) is
-not run a second time when nbval runs it in the same pytest session: the page shows the
-executed copy the nbval run wrote, and the same checks read it.
+A notebook that nbval runs in the same pytest session is not run a second time: the page
+shows the executed copy the nbval run wrote (tests/support/executed_notebooks.py) and runs
+live only the cells its ipywidgets need (the widget cells and the cells that bind the
+names they use, tests/support/cell_dependencies.py); the same checks read the page.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 from lab_driver import LabServer, copy_for_docs, notebooks
 
-from tests.support.executed_notebooks import executed_path, replayed, widget_cells
+from tests.support.executed_notebooks import cells_to_run, executed_path, replayed
 
 # Run All of one notebook must end within this. Chapter 10 (4-rank process groups) ran in
 # 56 s alone and in 172 s beside the other pytest-xdist worker on 2 cores: 300 s keeps a
@@ -57,11 +59,17 @@ def test_notebook_in_jupyterlab(
     record_result: Any,
     request: pytest.FixtureRequest,
 ) -> None:
-    from notebook_page import check_notebook
+    from notebook_page import Replay, check_notebook
 
-    executed_url = _executed_copy_url(notebook, lab_server, request.session)
+    executed = _executed_copy(notebook, lab_server, request.session)
+    replay = None
+    if executed is not None:
+        url = lab_server.file_url(executed)
+        assert url is not None  # _executed_copy checked that the lab serves artifacts/
+        n_code = sum(c.cell_type == "code" for c in nbformat.read(executed, as_version=4).cells)
+        replay = Replay(url, n_code, cells_to_run(executed))
     result = check_notebook(browser_context, lab_server, notebook, shots_dir, NOTEBOOK_LIMIT_S,
-                            executed_url)
+                            replay)
     record_result(result)
     for note in result.notes:
         print("note:", note)
@@ -86,12 +94,12 @@ def _refresh_docs_screenshot(stem: str, shot_kind: dict[Path, str]) -> None:
     print("docs screenshot:", copy_for_docs(shot, name))
 
 
-def _executed_copy_url(notebook: Path, server: LabServer, session: pytest.Session) -> str | None:
-    """The URL of the nbval run's executed copy of a replayed notebook, or None to run it.
+def _executed_copy(notebook: Path, server: LabServer, session: pytest.Session) -> Path | None:
+    """The nbval run's executed copy of a replayed notebook, or None to run it all here.
 
     None where the notebook is not replayed, nbval does not run it in this session, or
     the server cannot serve artifacts/. The copy is waited for (nbval runs it first, on
-    the other worker); one that does not come, or shows a widget, fails the test.
+    the other worker); one that does not come fails the test.
     """
     if not replayed(notebook) or server.file_url(notebook) is None:
         return None
@@ -106,9 +114,4 @@ def _executed_copy_url(notebook: Path, server: LabServer, session: pytest.Sessio
         f"{notebook.name}: nbval runs it in this session, but its executed copy {path} did "
         f"not appear within {REPLAY_WAIT_S:.0f} s (see the nbval cells of {notebook.name})"
     )
-    widgets = widget_cells(path)
-    assert not widgets, (
-        f"{notebook.name}: code cells {widgets} show ipywidgets, which need a live kernel: "
-        "take it out of tests/support/executed_notebooks.REPLAYED"
-    )
-    return server.file_url(path)
+    return path

@@ -9,7 +9,7 @@ sentences, one per problem a learner would see:
 - a trace or a panel (a pair of axes) with no data to draw;
 - a table header wider than its column (cut off when drawn);
 - a title that does not say where the numbers come from (measured, re-enacted,
-  simulated, published, recorded).
+  simulated, published, recorded, torch source).
 
 Where a figure leaves an axis on autorange, the range is worked out the way plotly.js
 does it: the data, bars from their base, annotations and shapes placed on that axis.
