@@ -15,6 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main(argv: list[str]) -> int:
     """Run the validation and write its files under the repository root."""
-    from dpsim.sim.fidelity.report import main as report_main
+    from dpsim.reports.validation import main as report_main
 
     return report_main(str(ROOT), write=True)

@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return notebooks_main(args.action, args.paths)
     if args.command == "validate":
-        from dpsim.sim.fidelity.report import main as validate_main
+        from dpsim.reports.validation import main as validate_main
 
         return validate_main(args.root, write=not args.no_write,
                              write_constants=args.write_constants)

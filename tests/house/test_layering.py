@@ -22,12 +22,13 @@ ALLOWED = {
     "simulator": {"simulator"},
     "runtime": {"simulator", "runtime"},
     "labs": {"simulator", "runtime", "labs"},
+    "reports": {"simulator", "reports"},
     "viz": {"simulator", "viz", "myths"},
     "widgets": {"simulator", "viz", "widgets", "runtime", "labs"},
     "myths": {"simulator", "runtime", "labs", "myths"},
-    "course": {"simulator", "runtime", "labs", "viz", "widgets", "myths", "course"},
+    "course": {"simulator", "runtime", "labs", "viz", "widgets", "myths", "reports", "course"},
 }
-TORCH_FREE = {"simulator", "viz"}  # never import torch, not even lazily
+TORCH_FREE = {"simulator", "viz", "reports"}  # never import torch, not even lazily
 # Third-party packages the simulator may use: the standard library and numpy only.
 SIMULATOR_THIRD_PARTY = {"numpy"}
 # Functions viz may call: arithmetic over results already simulated, no cost model inside.

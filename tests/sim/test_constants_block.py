@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.sim.fidelity import constants_block
+from dpsim.reports import constants_block
 
 ROOT = Path(__file__).resolve().parents[2]
 FITTED = json.loads((ROOT / "benchmarks/results/validation.json").read_text())[

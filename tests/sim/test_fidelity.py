@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dpsim.sim.fidelity import collectives, report
+from dpsim.reports import validation as report
+from dpsim.sim.fidelity import collectives
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from dpsim.sim.fidelity import fsdp_scale, fsdp_scale_report, fsdp_width
+from dpsim.reports import fsdp_scale_section
+from dpsim.sim.fidelity import fsdp_scale, fsdp_width
 from dpsim.sim.fidelity.goals import goals
 from dpsim.sim.hardware import DEVICES
 
@@ -112,7 +113,7 @@ def test_clusters_and_metrics(data: dict[str, Any]) -> None:
 
 
 def test_the_family_reaches_validation_goals(evaluated: dict[str, Any]) -> None:
-    fam = fsdp_scale_report.family(evaluated, evaluated)
+    fam = fsdp_scale_section.family(evaluated, evaluated)
     assert fam["goal_met"] == (fam["worst"] <= fsdp_scale.GOAL_EVERY)
     assert fam["network_sensitivity"]["worst"] == fam["worst"]
     assert abs(fam["worst_case"]["error"]) == fam["worst"]
@@ -124,13 +125,13 @@ def test_the_family_reaches_validation_goals(evaluated: dict[str, Any]) -> None:
                                        "worst_case": {"id": "m"}},
         "pytorch_ddp_benchmark": {"value": {"median": 0, "worst": 0},
                                   "worst_case": {"n_gpus": 1}},
-        fsdp_scale_report.NAME: fam}}
+        fsdp_scale_section.NAME: fam}}
     mine = [g for g in goals(results) if g["goal"].startswith("FSDP/ZeRO-3")]
     assert len(mine) == 1
     assert mine[0]["decided_by"] == "worst"
     assert mine[0]["value"] == fam["worst"]
     assert mine[0]["median"] == fam["median"]
-    section = "\n".join(fsdp_scale_report.markdown(fam))
+    section = "\n".join(fsdp_scale_section.markdown(fam))
     assert all(f"| {r['series']} | {r['point']} |" in section for r in fam["rows"])
     assert all(s in section for s in fam["series"])
 

@@ -37,7 +37,7 @@ def _goal(text: str, value: float, target: float, decided_by: str, median: float
 
 
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The goals of `results` (what `fidelity.report.run` returns, or its JSON file)."""
+    """The goals of `results` (what `dpsim.reports.validation.run` returns, or its JSON file)."""
     fam = results["families"]
     coll = fam["nccl_tests_time"]
     mem = fam["deepspeed_memory_estimator"]

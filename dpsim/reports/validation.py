@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dpsim.reports import constants_block, fsdp_scale_section, resnet_scaling_section
 from dpsim.sim.collectives.link_constants import (
     ACHIEVED_FRACTION,
     BASE_LATENCY_US,
@@ -26,16 +27,7 @@ from dpsim.sim.collectives.link_constants import (
     NVLS_FRACTIONS,
     PROTOCOL_BANDWIDTH,
 )
-from dpsim.sim.fidelity import (
-    collectives,
-    constants_block,
-    ddp,
-    fsdp_scale_report,
-    memory,
-    resnet_scaling,
-    resnet_scaling_report,
-    zero_paper,
-)
+from dpsim.sim.fidelity import collectives, ddp, memory, resnet_scaling, zero_paper
 from dpsim.sim.fidelity.collective_misses import MODEL_NOTE, WHY_DEFAULT, WHY_RUN
 from dpsim.sim.fidelity.goals import RESNET_EVERY, ZERO_PAPER_EVERY, goals
 
@@ -116,9 +108,9 @@ def run() -> dict[str, Any]:
                 "fitted": {"v100_efficiency": dd["fitted_efficiency"],
                            "on": "the one-GPU no-DDP time; every DDP point is held out"},
                 "source": dd["source"], "config": dd["config"], "rows": dd["rows"]},
-            fsdp_scale_report.NAME: fsdp_scale_report.build(),
+            fsdp_scale_section.NAME: fsdp_scale_section.build(),
         },
-        "not_covered": NOT_COVERED + fsdp_scale_report.NOT_COVERED,
+        "not_covered": NOT_COVERED + fsdp_scale_section.NOT_COVERED,
     }
     results["families"].update(scaling_and_zero_families())
     return results
@@ -222,7 +214,7 @@ def markdown(results: dict[str, Any]) -> str:
            f"| PyTorch DDP benchmark (ResNet-50, V100) | {dd['goal']} | "
            f"{dd['value']['median']:.1%} | {dd['value']['worst']:.1%} | {dd['goal_met']} |",
            *_summary_rows(results),
-           fsdp_scale_report.summary_row(results["families"][fsdp_scale_report.NAME]), "",
+           fsdp_scale_section.summary_row(results["families"][fsdp_scale_section.NAME]), "",
            f"Fit residual (training half, not a prediction error): median "
            f"{coll['fit_residual_median']:.1%}, worst {coll['fit_residual_worst']:.1%}.", "",
            "## nccl-tests by family", "", *_families(coll), "", MODEL_NOTE, "",
@@ -255,7 +247,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {r['published_efficiency']} | {r['predicted_efficiency']} | "
             f"{_pct(r['efficiency_error'])} |" for r in dd["rows"]]
     out += ["", *_sections(results)]
-    out += fsdp_scale_report.markdown(results["families"][fsdp_scale_report.NAME])
+    out += fsdp_scale_section.markdown(results["families"][fsdp_scale_section.NAME])
     out += ["", "## Not covered", ""] + [f"- {n}" for n in results["not_covered"]]
     return "\n".join(out) + "\n"
 
@@ -279,7 +271,7 @@ def _sections(results: dict[str, Any]) -> list[str]:
     fam = results["families"]
     out: list[str] = []
     if "nvidia_resnet50_scaling" in fam:
-        out += resnet_scaling_report.section(fam["nvidia_resnet50_scaling"])
+        out += resnet_scaling_section.section(fam["nvidia_resnet50_scaling"])
     if "zero_paper_tables" in fam:
         out += zero_paper.section(fam["zero_paper_tables"])
     return out
@@ -306,7 +298,7 @@ def main(root: str = ".", write: bool = True, write_constants: bool = False) -> 
     for d in dd["rows"]:
         print(f"DDP resnet50 {d['n_gpus']:>2} GPUs  published {d['published_s']} s  dpsim "
               f"{d['predicted_s']} s  {_pct(d['error'])}  scaling {_pct(d['efficiency_error'])}")
-    print("\n".join(fsdp_scale_report.console(results["families"][fsdp_scale_report.NAME])))
+    print("\n".join(fsdp_scale_section.console(results["families"][fsdp_scale_section.NAME])))
     print(f"collectives held out: median {coll['value']['median']:.1%}, worst "
           f"{coll['value']['worst']:.1%}; memory worst {mem['value']['worst']:.2%}; DDP worst "
           f"{dd['value']['worst']:.1%}")
