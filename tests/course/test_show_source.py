@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from dpsim.course.show import show_source
-from dpsim.runtime.launch.rank import _join_group
+from dpsim.runtime.launch.rank import join_group
 
 
 def test_shows_the_torch_calls_behind_launch(capsys: pytest.CaptureFixture[str]) -> None:
-    text = show_source(_join_group)
+    text = show_source(join_group)
     assert "dist.init_process_group(" in text
     assert "torch.cuda.set_device(" in text
     assert "rank.py:" in text.splitlines()[0]

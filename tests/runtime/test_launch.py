@@ -483,7 +483,7 @@ def test_timeout_state_read_from_a_stack() -> None:
     assert rank_state(0, python, {0, 1}, 2) == (
         "running Python code in step (train.py, line 12), called from fn work (train.py, "
         "line 30); now inside forward (module.py, line 2)")
-    joining = dump.replace(" in _run_fn", " in _join_group")
+    joining = dump.replace(" in _run_fn", " in join_group")
     assert rank_state(1, joining, {0}, 2) == (
         "still starting: it never joined the process group (it was joining the process group)")
     assert rank_state(0, joining, {0}, 2).startswith("still starting: it joined the process "

@@ -221,7 +221,7 @@ def dp_gpu_peaks() -> tuple[list[int] | None, str]:
     return [int(b) for b in result.trace.meta["peak_allocated"]], "measured"
 
 
-def _nccl_rank() -> None:
+def nccl_rank() -> None:
     """One rank of `nccl_two_ranks_one_gpu` (both ranks on cuda:0)."""
     import torch.distributed as dist
 
@@ -251,7 +251,7 @@ def nccl_two_ranks_one_gpu(timeout_s: float = 60.0) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[3]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                WORLD_SIZE="2", PYTHONPATH=str(root))
-    code = "from dpsim.labs.ch08_myths.myths_lab import _nccl_rank; _nccl_rank()"
+    code = "from dpsim.labs.ch08_myths.myths_lab import nccl_rank; nccl_rank()"
     procs = [subprocess.Popen([sys.executable, "-c", code], env=dict(env, RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True) for r in range(2)]

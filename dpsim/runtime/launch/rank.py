@@ -153,7 +153,7 @@ def _run_fn(spec: RankSpec) -> tuple[tuple[Any, ...], Any]:
         if spec.num_threads is not None:
             torch.set_num_threads(spec.num_threads)
         phase = "init"
-        store = _join_group(spec)
+        store = join_group(spec)
         phase = "fn"
         result = fn(spec.rank, spec.world_size, *args, **kwargs)
         phase = "result"
@@ -199,7 +199,7 @@ def _user_frames(exc: BaseException) -> TracebackType | None:
     return tb
 
 
-def _join_group(spec: RankSpec) -> Any:
+def join_group(spec: RankSpec) -> Any:
     """Join the default process group, then wait until every rank joined; return the store."""
     import torch
     import torch.distributed as dist
@@ -267,7 +267,7 @@ def _leave_together(spec: RankSpec, store: Any) -> None:
 # The rank's own frames between the process entry and fn: a hung rank's stack is cut at
 # the first of them, so it shows fn and what fn called.
 RANK_FRAMES = tuple(f.__name__ for f in (
-    rank_main, _set_up_process, _run_fn, _join_group, _result_message, _leave_together))
+    rank_main, _set_up_process, _run_fn, join_group, _result_message, _leave_together))
 
 
 def _exit_with_parent(parent_pid: int) -> None:

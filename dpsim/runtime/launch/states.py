@@ -21,7 +21,7 @@ _THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-fA-F]+")
 _WRAPPERS = frozenset({"wrapper", "inner", "decorate_context"})
 _WHAT_CUT_MEANS = {
     "_set_up_process": "setting up its process",
-    "_join_group": "joining the process group",
+    "join_group": "joining the process group",
     "_result_message": "pickling its return value",
     "_leave_together": "waiting for the other ranks to finish",
 }
@@ -106,7 +106,7 @@ def rank_state(rank: int, dump: str | None, joined: set[int] | None, world_size:
     process group (None if unknown).
     """
     frames, cut = main_frames(dump) if dump else ([], None)
-    unsure_joining = joined is None and cut in ("_set_up_process", "_join_group")
+    unsure_joining = joined is None and cut in ("_set_up_process", "join_group")
     if (joined is not None and rank not in joined) or unsure_joining:
         what = {"_run_fn": "importing torch or loading fn", **_WHAT_CUT_MEANS}.get(cut or "")
         return ("still starting: it never joined the process group"
