@@ -63,7 +63,7 @@ ERRORS_AS_TEXT = {"StrategyExplorer.render": "cannot simulate this setting: "}
 class EntryPoint:
     """A public callable and a valid call of it (every argument passed by keyword)."""
 
-    name: str  # "dpsim.sim.planner.plan", "dpsim.sim.hardware.Cluster.link_for", ...
+    name: str  # "dpsim.sim.planner.plan", "dpsim.sim.hardware.cluster.Cluster.with_devices", ...
     fn: Callable[..., Any]
     args: tuple[Arg, ...] = ()
     then: Callable[[Any], Any] | None = None  # run on the result (a config -> its simulation)

@@ -61,7 +61,7 @@ class Call:
     arg: str  # "" for the valid base call
     label: str  # the perturbation ("base" for the valid call)
     value: str  # repr of the value passed (shortened)
-    valid_because: str | None  # the allowlist's reason, or None for an invalid value
+    valid_because: str | None  # why an edge may be accepted; None: invalid
     outcome: str  # one of OUTCOMES
     message: str  # the exception, or the garbage found
     garbage: bool

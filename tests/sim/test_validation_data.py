@@ -72,7 +72,8 @@ def test_there_are_runs_of_every_collective_kind_the_model_is_checked_on() -> No
 @pytest.mark.parametrize("run", _runs(), ids=lambda r: r["id"])
 def test_every_run_is_cited_configured_and_consistent(run: dict[str, Any]) -> None:
     assert _citation_problems(run) == []
-    assert run["cluster"] in CLUSTERS, f"no preset {run['cluster']!r} in dpsim/cluster_presets"
+    assert run["cluster"] in CLUSTERS, \
+        f"no preset {run['cluster']!r} in dpsim/sim/hardware/presets.py"
     assert run["collective"] in BUS_FACTOR
     assert 1 <= run["ranks_per_node"] <= CLUSTERS[run["cluster"]].devices_per_node
     assert run["n_nodes"] >= 1
