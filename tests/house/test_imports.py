@@ -13,10 +13,10 @@ import ast
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.sources import ROOT, module_name, syntax
+
 TREES = ("dpsim", "benchmarks")
 
 
@@ -30,22 +30,8 @@ class Import:
     name: str | None  # the name taken from `module`, None for a module import
 
 
-def module_name(path: Path) -> str:
-    """The dotted name of a source file under ROOT."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 FILES = sorted(p for tree in TREES for p in (ROOT / tree).rglob("*.py"))
 MODULES = {module_name(p): p for p in FILES}
-
-
-@cache
-def syntax(path: Path) -> ast.Module:
-    """The parsed source of a file (each file is read once per test session)."""
-    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
 def is_package(module: str) -> bool:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "dpsim"
+from tests.support.sources import ROOT, module_name, syntax
+
+PACKAGE = ROOT / "dpsim"
 # wing -> the wings it may import (its own included)
 ALLOWED = {
     "simulator": {"simulator"},
@@ -47,18 +49,10 @@ def wing(module: str) -> str:
     return parts[1]
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(module, names imported from it, line) for every import statement in the file."""
     out: list[tuple[str, list[str], int]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(syntax(path)):
         if isinstance(node, ast.Import):
             out += [(a.name, [], node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
