@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,6 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     grade.add_argument("--student", default=None,
                        help="student id for every notebook (default: notebook metadata "
                        "dpsim.student, else folder/file name)")
+    grade.add_argument("--no-isolation", action="store_true",
+                       help="grade without the OS sandbox (bubblewrap) even for several "
+                       "students: a notebook can then change another's grade")
+    grade.add_argument("--visibility", default="visible",
+                       choices=["visible", "hidden", "after_due_date", "after_published"],
+                       help="Gradescope visibility of the tests and score")
     nb = sub.add_parser("notebooks", help="execute notebooks and keep only checked outputs")
     nb.add_argument("action", choices=["refresh", "check"])
     nb.add_argument("paths", nargs="*")
@@ -59,12 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return exercises_main(args.action, root=args.root)
     if args.command == "grade":
+        # nothing the notebooks' folders hold is imported: the current folder leaves sys.path
+        sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
         from dpsim.course.grader import main as grade_main
 
         return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout,
                           out_dir=args.out, output_format=args.format,
                           notebook_timeout_s=args.notebook_timeout,
-                          memory_gib=args.memory_gib, student=args.student)
+                          memory_gib=args.memory_gib, student=args.student,
+                          isolation=not args.no_isolation, visibility=args.visibility)
     if args.command == "notebooks":
         from dpsim.course.notebook_outputs import main as notebooks_main
 

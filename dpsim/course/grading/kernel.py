@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -64,7 +65,10 @@ class Kernel:
     def start(self) -> None:
         """Start a kernel and wait until it answers."""
         self.km = _manager(self.limits.memory_bytes)
-        self.km.start_kernel(env=dict(self.env), cwd=str(self.workdir))
+        # the kernel's own stdout/stderr go nowhere: what a cell prints comes over Jupyter's
+        # channels, and nothing the learner writes to fd 1 or 2 reaches the grader's log
+        self.km.start_kernel(env=dict(self.env), cwd=str(self.workdir),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)

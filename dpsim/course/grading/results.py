@@ -1,21 +1,32 @@
-"""Grades and how they are written: the score table (CSV), per-student feedback files,
-and a Gradescope results.json.
+"""Grades and how they are written: one report per student and exercise, as a score table
+(CSV), one feedback file per student, and a Gradescope results.json.
 
 An exercise is `passed` (full points), `failed` (0 points, with the message the learner
-sees) or `error`: the grader itself failed on it (building the cases, the sandbox server).
-An error is never scored as 0: its cell in the CSV reads `error` and it counts toward
-neither the total nor the maximum, and the notes say what failed.
+sees) or `error`: the grader itself failed on it (building the cases, comparing, the
+checking process ended). An error scores 0 of its points, so that a learner who breaks
+their own checks gains nothing, and is marked `error` in every report (and the grader's
+exit code) for the instructor to look at. A student's notebooks are merged: each exercise
+counts once, with its best result (passed, then error, then failed); a notebook whose
+bytes equal one already graded for the same student is not graded again.
+
+Everything written is first built in memory, written once, and read back (`write_checked`):
+a file that differs from what was written is reported, not trusted.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 STATUSES = ("passed", "failed", "error")
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+_RANK = {"passed": 0, "error": 1, "failed": 2}
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,7 @@ class ExerciseGrade:
     max_points: int
     message: str | None = None  # None when passed
     status: str = ""  # passed | failed | error ("" : passed if points, else failed)
+    title: str = ""
 
     @property
     def outcome(self) -> str:
@@ -42,16 +54,18 @@ class NotebookGrade:
     grades: dict[str, ExerciseGrade] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    student: str = ""  # whose notebook ("" : the path)
+    digest: str = ""  # sha256 of the notebook's bytes
 
     @property
     def points(self) -> int:
         """Points earned."""
-        return sum(g.points for g in self.grades.values() if g.outcome != "error")
+        return sum(g.points for g in self.grades.values())
 
     @property
     def max_points(self) -> int:
-        """Points available (exercises the grader could check)."""
-        return sum(g.max_points for g in self.grades.values() if g.outcome != "error")
+        """Points available (grader errors included: they score 0 and are flagged)."""
+        return sum(g.max_points for g in self.grades.values())
 
     @property
     def errors(self) -> int:
@@ -59,72 +73,143 @@ class NotebookGrade:
         return sum(g.outcome == "error" for g in self.grades.values())
 
 
+@dataclass
+class StudentGrade:
+    """One student's grades over all their notebooks: each exercise once, its best result."""
+
+    student: str
+    notebooks: list[str] = field(default_factory=list)
+    grades: dict[str, ExerciseGrade] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def points(self) -> int:
+        """Points earned."""
+        return sum(g.points for g in self.grades.values())
+
+    @property
+    def max_points(self) -> int:
+        """Points available."""
+        return sum(g.max_points for g in self.grades.values())
+
+    @property
+    def errors(self) -> int:
+        """Exercises the grader failed on."""
+        return sum(g.outcome == "error" for g in self.grades.values())
+
+
+def by_student(grades: list[NotebookGrade]) -> list[StudentGrade]:
+    """Merge notebooks per student (in first-seen order); each exercise's best result."""
+    students: dict[str, StudentGrade] = {}
+    for g in grades:
+        who = g.student or g.path
+        sg = students.setdefault(who, StudentGrade(who))
+        sg.notebooks.append(g.path)
+        sg.seconds += g.seconds
+        sg.notes += [f"{g.path}: {n}" for n in g.notes]
+        for eid, eg in g.grades.items():
+            old = sg.grades.get(eid)
+            if old is None or _RANK[eg.outcome] < _RANK[old.outcome]:
+                sg.grades[eid] = eg
+    return list(students.values())
+
+
 def _id_key(exercise_id: str) -> tuple[int, ...]:
     return tuple(map(int, exercise_id.split(".")))
 
 
-def score_table(grades: list[NotebookGrade]) -> list[list[str]]:
-    """Rows of [notebook, points per exercise..., total, max, errors]; first row: header."""
-    ids = sorted({i for g in grades for i in g.grades}, key=_id_key)
-    rows = [["notebook", *ids, "total", "max", "grader_errors"]]
-    for g in grades:
-        cells = [("error" if g.grades[i].outcome == "error" else str(g.grades[i].points))
-                 if i in g.grades else "" for i in ids]
-        rows.append([g.path, *cells, str(g.points), str(g.max_points), str(g.errors)])
+def printable(text: str) -> str:
+    """`text` without control characters (terminal escapes, carriage returns), newlines kept."""
+    return _CONTROL.sub("?", text)
+
+
+def score_table(students: list[StudentGrade]) -> list[list[str]]:
+    """Rows of [student, points per exercise..., total, max, grader_errors, notebooks];
+    the first row is the header; a grader error reads `error`."""
+    ids = sorted({i for s in students for i in s.grades}, key=_id_key)
+    rows = [["student", *ids, "total", "max", "grader_errors", "notebooks"]]
+    for s in students:
+        cells = [("error" if s.grades[i].outcome == "error" else str(s.grades[i].points))
+                 if i in s.grades else "" for i in ids]
+        rows.append([printable(s.student), *cells, str(s.points), str(s.max_points),
+                     str(s.errors), " ".join(s.notebooks)])
     return rows
 
 
-def write_csv(rows: list[list[str]], path: Path) -> None:
-    """The score table as CSV."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows(rows)
+def csv_text(rows: list[list[str]]) -> str:
+    """The score table as CSV text."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
 
 
-def feedback_text(grade: NotebookGrade) -> str:
-    """Everything a student should read about one notebook: every message and note."""
-    lines = [f"{grade.path}: {grade.points} of {grade.max_points} points", ""]
+def feedback_text(grade: StudentGrade) -> str:
+    """Everything a student should read: every exercise's result and message, every note."""
+    lines = [f"{grade.student}: {grade.points} of {grade.max_points} points "
+             f"({', '.join(grade.notebooks)})", ""]
     for eg in sorted(grade.grades.values(), key=lambda g: _id_key(g.exercise_id)):
         head = f"{eg.exercise_id}: {eg.points}/{eg.max_points} {eg.outcome}"
         lines.append(head if eg.message is None else f"{head}\n  " +
                      eg.message.replace("\n", "\n  "))
     lines += [f"note: {n}" for n in grade.notes]
-    return "\n".join(lines) + "\n"
+    return printable("\n".join(lines)) + "\n"
 
 
-def feedback_name(path: str) -> str:
-    """A file name for a notebook's feedback: its path with separators replaced."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", str(Path(path).with_suffix("")).strip("/"))
-    return f"{stem[-150:]}.txt"
+def feedback_name(student: str) -> str:
+    """A file name for a student's feedback, unique per student id (a hash of it is part)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._")[-100:] or "student"
+    return f"{stem}-{hashlib.sha256(student.encode()).hexdigest()[:10]}.txt"
 
 
-def write_feedback(grades: list[NotebookGrade], folder: Path) -> list[Path]:
-    """One feedback file per notebook in `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for g in grades:
-        path = folder / feedback_name(g.path)
-        path.write_text(feedback_text(g), encoding="utf-8")
-        written.append(path)
-    return written
+def gradescope(grade: StudentGrade, seconds: float, visibility: str = "visible"
+               ) -> dict[str, object]:
+    """Gradescope's results.json for one student's submission: one test per exercise.
 
-
-def gradescope(grades: list[NotebookGrade], seconds: float) -> dict[str, object]:
-    """A Gradescope results.json: one test per exercise of every notebook."""
+    Fields as Gradescope's autograder specification names them: `score`,
+    `execution_time`, `output`, `visibility`, `stdout_visibility`, and `tests[]` with
+    `name`, `number`, `score`, `max_score`, `status`, `output`, `visibility`."""
     tests: list[dict[str, object]] = []
-    for g in grades:
-        for eg in sorted(g.grades.values(), key=lambda e: _id_key(e.exercise_id)):
-            output = eg.message or "passed"
-            if eg.outcome == "error":
-                output = f"grader error (not counted; please tell your instructor): {output}"
-            tests.append({"name": f"{Path(g.path).name} {eg.exercise_id}",
-                          "score": eg.points, "max_score": eg.max_points if eg.outcome !=
-                          "error" else 0, "output": output})
-    notes = [f"{Path(g.path).name}: {n}" for g in grades for n in g.notes]
-    return {"score": sum(g.points for g in grades), "execution_time": round(seconds, 1),
-            "output": "\n".join(notes), "tests": tests}
+    for eg in sorted(grade.grades.values(), key=lambda e: _id_key(e.exercise_id)):
+        output = eg.message or "passed"
+        if eg.outcome == "error":
+            output = ("grader error: the grader could not check this exercise; please tell "
+                      f"your instructor. {output}")
+        tests.append({"name": f"{eg.exercise_id} {eg.title}".strip(),
+                      "number": eg.exercise_id, "score": eg.points,
+                      "max_score": eg.max_points,
+                      "status": "passed" if eg.outcome == "passed" else "failed",
+                      "output": printable(output), "visibility": visibility})
+    return {"score": grade.points, "execution_time": round(seconds, 1),
+            "output": printable("\n".join(grade.notes)), "visibility": visibility,
+            "stdout_visibility": "hidden", "tests": tests}
 
 
-def write_gradescope(grades: list[NotebookGrade], seconds: float, path: Path) -> None:
-    """Write `gradescope(...)` as JSON."""
+def write_checked(path: Path, text: str) -> str | None:
+    """Write `text` to `path` (via a temporary file and a rename), read it back; None when
+    the file holds what was written, else what is wrong."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(gradescope(grades, seconds), indent=1) + "\n", encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    try:
+        back = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"{path} could not be read back: {exc}"
+    return None if back == text else f"{path} changed after it was written"
+
+
+def write_reports(students: list[StudentGrade], folder: Path, seconds: float,
+                  output_format: str = "csv", visibility: str = "visible"
+                  ) -> tuple[list[Path], list[str]]:
+    """grades.csv, feedback/<student>.txt and (gradescope) results.json under `folder`;
+    (the files written, the problems found reading them back)."""
+    files = {folder / "grades.csv": csv_text(score_table(students))}
+    for s in students:
+        files[folder / "feedback" / feedback_name(s.student)] = feedback_text(s)
+    if output_format == "gradescope":
+        one = students[0] if students else StudentGrade("")  # the caller allows one student
+        files[folder / "results.json"] = json.dumps(gradescope(one, seconds, visibility),
+                                                    indent=1) + "\n"
+    problems = [p for path, text in files.items() if (p := write_checked(path, text))]
+    return list(files), problems

@@ -11,7 +11,10 @@ and is killed with everything it started (`processes.kill_all`) once its cases a
 its time is up. Without fork (Windows) each request starts a fresh interpreter.
 
 The server runs `python -I -B`: no user site, no PYTHONPATH, no bytecode written; `lib`
-names the folder it imports dpsim from (the grader passes its verified copy).
+names the folder it imports dpsim from (the grader passes its verified copy). `wrap`, when
+given, turns the server's command line into the one to run (the grader's OS box,
+`grading.box.command`), and `preexec` runs in the new process before it execs (the box's
+rlimits).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -196,8 +200,11 @@ class Sandbox:
 
     def __init__(self, lib: Path | None = None,
                  memory_bytes: int = processes.DEFAULT_MEMORY_BYTES,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 wrap: Callable[[list[str], dict[str, str]], list[str]] | None = None,
+                 preexec: Callable[[], None] | None = None) -> None:
         self.lib = lib or package_parent()
+        self.wrap, self.preexec = wrap, preexec
         self.memory_bytes = memory_bytes
         self.token = secrets.token_hex(12)
         self._env = dict(os.environ if env is None else env)
@@ -225,10 +232,13 @@ class Sandbox:
         if not hasattr(os, "fork") or (self._proc is not None and self._proc.poll() is None):
             return
         self._pending = b""
-        self._proc = subprocess.Popen(self._command("serve"), stdin=subprocess.PIPE,
+        argv, env, cwd = self._command("serve"), self._child_env(), str(self.lib)
+        if self.wrap is not None:
+            argv, env, cwd = self.wrap(argv, env), {"PATH": os.defpath}, "/"
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      env=self._child_env(), cwd=self.lib,
-                                      start_new_session=True)
+                                      env=env, cwd=cwd, start_new_session=True,
+                                      preexec_fn=self.preexec)
         self._ready = False
 
     def close(self) -> None:

@@ -61,6 +61,7 @@ class TrustedCopy:
         self.package_dir = package_dir or Path(__file__).resolve().parents[2]
         self.manifest = read_manifest(self.package_dir)
         self.root = Path(tempfile.mkdtemp(prefix="dpsim-grader-lib-"))
+        self.root.chmod(0o755)  # readable by the OS box's unprivileged user (grading.box)
         write_copy(self.manifest, self.root)
         self._saved: list[tuple[list[str], list[str]]] = []  # package __path__, old value
         self._bytecode = sys.dont_write_bytecode

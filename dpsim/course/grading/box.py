@@ -1,0 +1,171 @@
+"""One notebook's OS-level sandbox: bubblewrap namespaces, an unprivileged user, hard limits.
+
+`command(argv, lib, env, limits)` wraps a command line so that it runs in a box of its own:
+
+- its own PID namespace: it sees only its own processes, and when the box's first process
+  dies (the grader kills it, or `--die-with-parent` when the grader dies) every process in
+  it dies too, however it forked, `setsid`-ed or re-exec'd;
+- its own network namespace (loopback only: gloo ranks and the Jupyter kernel talk over
+  127.0.0.1 inside the box; nothing leaves it), its own IPC and UTS namespaces;
+- as uid/gid 65534 (nobody), with no capabilities and `no_new_privs`;
+- a file system built from an explicit list: the system (`/usr`, `/bin`, `/lib*`),
+  Python and its packages (the interpreter's prefix and the virtual environment), and
+  the grader's verified copy of dpsim at `/opt/dpsim`, all read-only; an empty,
+  size-capped tmpfs as the working folder (`/home/learner`), `/tmp` and `/dev/shm`; a
+  `/proc` of the box's own processes. Other submissions, the output folder, the grader's
+  files and environment (the grading secret) are not there;
+- rlimits set before the box starts and inherited by everything in it: address space
+  per process, number of processes of uid 65534, CPU seconds per process, file size.
+
+Why bubblewrap: one small, well-kept program (Flatpak's sandbox; Debian package
+`bubblewrap`) builds all of the above in one command, from a list of mounts, with no
+daemon and no image. Docker or podman need a daemon or an image per run; plain `unshare`
+would need the mounts written by hand. As root, bwrap keeps CAP_SETUID/SETGID for
+`setpriv`, which drops to uid 65534 for real (so the process limit counts); as another
+user, bwrap maps uid 65534 in a user namespace of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+BOX_LIB = "/opt/dpsim"  # where the verified copy of dpsim appears inside
+BOX_HOME = "/home/learner"  # the empty working folder inside
+BOX_UID = 65534
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_HOSTS = "127.0.0.1 localhost dpsim-box\n::1 localhost\n"
+_PASSWD = f"learner:x:{BOX_UID}:{BOX_UID}:learner:{BOX_HOME}:/bin/sh\n"
+
+
+@dataclass(frozen=True)
+class BoxLimits:
+    """What one box may use: bytes per process, processes, bytes per tmpfs, CPU seconds."""
+
+    memory_bytes: int = 8 * 2**30  # address space of each process (RLIMIT_AS)
+    processes: int = 512  # processes of uid 65534 (RLIMIT_NPROC)
+    disk_bytes: int = 2**30  # size of each tmpfs (working folder, /tmp, /dev/shm)
+    cpu_s: int = 3600  # CPU time of each process (RLIMIT_CPU)
+
+
+def _bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why a box cannot be made on this machine, or None when it can (tried once)."""
+    if not sys.platform.startswith("linux"):
+        return f"the OS sandbox needs Linux (bubblewrap); this is {sys.platform}"
+    if _bwrap() is None:
+        return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    if os.geteuid() == 0 and _setpriv() is None:
+        return "setpriv (util-linux) is not installed"
+    try:
+        done = subprocess.run(command(["/bin/sh", "-c", "test $(id -u) = 65534"], None, {},
+                                      BoxLimits()),
+                              capture_output=True, timeout=30, preexec_fn=rlimits(BoxLimits()))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not start: {exc}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
+        return f"bubblewrap could not make a box here: {why}"
+    return None
+
+
+def python_prefixes() -> list[str]:
+    """The folders Python runs from: the interpreter's prefix and the virtual environment."""
+    found: list[str] = []
+    for path in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        real = os.path.realpath(path)
+        for p in (path, real):
+            if not any(p == f or p.startswith(f.rstrip("/") + "/") for f in [*found, *_SYSTEM]):
+                found.append(p)
+    return found
+
+
+def _support_dir() -> Path:
+    """Two small files the box sees as /etc/hosts and /etc/passwd (written once)."""
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"dpsim-box-etc-{os.geteuid()}"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    for name, text in (("hosts", _HOSTS), ("passwd", _PASSWD)):
+        path = folder / name
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            path.chmod(0o644)
+    return folder
+
+
+def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
+            limits: BoxLimits) -> list[str]:
+    """`argv` wrapped in a new box; `lib` (a dpsim copy's parent folder) appears at BOX_LIB;
+    `env` is the whole environment inside."""
+    bwrap = _bwrap() or "bwrap"
+    args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "dpsim-box", "--die-with-parent",
+            "--new-session", "--clearenv"]
+    root = os.geteuid() == 0
+    if root:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-user", "--uid", str(BOX_UID), "--gid", str(BOX_UID),
+                 "--disable-userns"]
+    for path in _SYSTEM:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    binds = [(path, path) for path in python_prefixes()]
+    if lib is not None:
+        binds.append((str(lib), BOX_LIB))
+    made: set[str] = set()
+    for source, target in binds:
+        for parent in reversed(Path(target).parents[:-1]):  # readable by uid 65534
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", source, target]
+    etc = _support_dir()
+    args += ["--ro-bind", str(etc / "hosts"), "/etc/hosts",
+             "--ro-bind", str(etc / "passwd"), "/etc/passwd",
+             "--proc", "/proc", "--dev", "/dev"]
+    size = str(limits.disk_bytes)
+    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+             "--perms", "0777", "--size", size, "--tmpfs", BOX_HOME, "--chdir", BOX_HOME]
+    inside = {"HOME": BOX_HOME, "USER": "learner", "LOGNAME": "learner", "TMPDIR": "/tmp",
+              "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", **env}
+    for key, value in inside.items():
+        args += ["--setenv", key, value]
+    if root:
+        args += [_setpriv() or "setpriv", f"--reuid={BOX_UID}", f"--regid={BOX_UID}",
+                 "--clear-groups", "--no-new-privs", "--"]
+    return [*args, *argv]
+
+
+def rlimits(limits: BoxLimits) -> Callable[[], None]:
+    """A `preexec_fn` that sets the box's rlimits in the process that becomes the box."""
+
+    def apply() -> None:
+        nproc = limits.processes
+        if os.geteuid() != 0:  # counted with every process of this user outside the box
+            nproc += len([p for p in os.listdir("/proc") if p.isdigit()])
+        for which, value in ((resource.RLIMIT_AS, limits.memory_bytes),
+                             (resource.RLIMIT_NPROC, nproc),
+                             (resource.RLIMIT_CPU, limits.cpu_s),
+                             (resource.RLIMIT_FSIZE, limits.disk_bytes),
+                             (resource.RLIMIT_CORE, 0)):
+            resource.setrlimit(which, (value, value))
+
+    return apply
