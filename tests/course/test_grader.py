@@ -1,100 +1,284 @@
-"""python -m dpsim grade: cheats earn nothing, correct variants earn full points, nothing
-a notebook starts outlives its grading. One grading run (module fixture) of two notebooks
-from tests/course/grading_adversarial: one trick per exercise, and correct but unusual answers."""
+"""python -m dpsim grade: cheats earn nothing, attacks on the batch harm no one, correct
+variants earn full points, nothing a notebook starts outlives its grading.
+
+One grading run (module fixture), each notebook in its own OS box, of four students: an
+honest one (alice), one full of in-kernel tricks (tests/course/grading_adversarial/
+notebooks.py), one attacking the batch (batch_attacks.py) and a second honest one (bob)
+graded after the attacker, whose file the attacker tries to read and spoil."""
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from dpsim.course import grader
-from dpsim.course.grading.results import ExerciseGrade, NotebookGrade, score_table
-from tests.course.grading_adversarial import notebooks
+from dpsim.course.grading import box, compare, results
+from dpsim.course.grading.registry import get_exercise
+from dpsim.course.grading.results import ExerciseGrade, NotebookGrade, StudentGrade, score_table
+from tests.course.grading_adversarial import batch_attacks, notebooks
 
-Graded = tuple[dict[str, dict[str, str]], str, Path, Path]
+Graded = tuple[dict[str, dict[str, str]], str, Path, dict[str, object]]
+NO_BOX = box.unavailable()
+needs_box = pytest.mark.skipif(
+    NO_BOX is not None and not os.environ.get("DPSIM_REQUIRE_SANDBOX"),
+    reason=f"the OS sandbox is not available here: {NO_BOX}")
+
+
+def _uid_processes(uid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                found.append(int(entry))
+    return found
+
+
+def _with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+    return found
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
-    """Grade both notebooks once, with a grading secret and short cell limits."""
+    """Grade the four students once, with a grading secret and short cell limits."""
     folder = tmp_path_factory.mktemp("students")
-    marks = folder / "marks"
-    marks.mkdir()
-    paths = notebooks.write(folder, marks)
+    for name in ("alice", "tricks", "mallory", "bob", "marks", "grader_cwd"):
+        (folder / name).mkdir()
     out_dir = folder / "out"
+    alice = notebooks.write(folder / "tricks", folder / "marks")[1].rename(
+        folder / "alice" / "variants.ipynb")
+    tricks = folder / "tricks" / "01_tricks.ipynb"
+    bob = folder / "bob" / "variants.ipynb"
+    bob.write_bytes(alice.read_bytes())
+    installed = [compare.__file__]
+    saved = {path: Path(path).read_bytes() for path in installed}
+    attacks = batch_attacks.write(folder / "mallory" / "attacks.ipynb", out=out_dir,
+                                  submissions=folder / "alice", grader_cwd=folder / "grader_cwd",
+                                  classmate=bob, grader_pid=os.getpid(), installed=installed)
+    bob_digest = hashlib.sha256(bob.read_bytes()).hexdigest()
     out = io.StringIO()
     os.environ[grader.SECRET_VARIABLE] = "test-secret"
+    cwd = Path.cwd()
+    os.chdir(folder / "grader_cwd")
     try:
         with contextlib.redirect_stdout(out):
-            rc = grader.main([str(p) for p in paths], cell_timeout_s=15.0,
-                             out_dir=str(out_dir), output_format="gradescope")
+            rc = grader.main([str(p) for p in (alice, tricks, attacks, bob)],
+                             cell_timeout_s=15.0, out_dir=str(out_dir))
     finally:
+        os.chdir(cwd)
         del os.environ[grader.SECRET_VARIABLE]
-    assert rc == 0, out.getvalue()
-    with open(out_dir / "grades.csv", newline="") as f:
-        rows = {Path(r["notebook"]).name: r for r in csv.DictReader(f)}
-    return rows, out.getvalue(), out_dir, marks
+        changed = [path for path, data in saved.items() if Path(path).read_bytes() != data]
+        for path in changed:
+            Path(path).write_bytes(saved[path])
+    csv_text = (out_dir / "grades.csv").read_text()
+    time.sleep(1.0)  # anything left behind would rewrite the results now
+    rows = {r["student"].split("/")[0]: r for r in csv.DictReader(io.StringIO(csv_text))}
+    facts = {"rc": rc, "csv_text": csv_text, "folder": folder, "bob": bob,
+             "bob_digest": bob_digest, "installed_changed": changed}
+    return rows, out.getvalue(), out_dir, facts
 
 
+@needs_box
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise_id", sorted(notebooks.TRICKS))
 def test_every_trick_earns_nothing(graded: Graded, exercise_id: str) -> None:
     rows, out, _, _ = graded
-    assert rows["01_tricks.ipynb"][exercise_id] == "0", (notebooks.TRICKS[exercise_id], out)
+    assert rows["tricks"][exercise_id] == "0", (notebooks.TRICKS[exercise_id], out)
 
 
+@needs_box
 @pytest.mark.slow
-def test_correct_answers_after_the_tricks_still_count(graded: Graded) -> None:
+@pytest.mark.parametrize("exercise_id", sorted(batch_attacks.ATTACKS))
+def test_every_attack_earns_nothing(graded: Graded, exercise_id: str) -> None:
     rows, out, _, _ = graded
-    assert rows["01_tricks.ipynb"]["6.4"] == "2", out
-    assert rows["01_tricks.ipynb"]["grader_errors"] == "0", out
+    assert rows["mallory"][exercise_id] in ("0", "error"), (batch_attacks.ATTACKS[exercise_id],
+                                                           out)
 
 
+@needs_box
 @pytest.mark.slow
-def test_correct_variants_earn_full_points(graded: Graded) -> None:
-    rows, out, _, _ = graded
-    row = rows["variants.ipynb"]
-    assert {i: row[i] for i in notebooks.VARIANTS} == {
-        i: str(p) for i, p in notebooks.VARIANTS.items()}, out
-    assert row["total"] == row["max"] == str(sum(notebooks.VARIANTS.values()))
+def test_an_attacker_cannot_shrink_its_maximum(graded: Graded) -> None:
+    """Killing its own checking process makes a grader error, which scores 0 of its points."""
+    rows, out, _, facts = graded
+    row = rows["mallory"]
+    assert row["total"] == "0", out
+    assert row["max"] == str(sum(get_exercise(i).points for i in batch_attacks.ATTACKS))
+    assert row["1.4"] == "error", out
+    assert facts["rc"] == 2, out
 
 
+@needs_box
 @pytest.mark.slow
-def test_limits_and_leftovers(graded: Graded) -> None:
-    _, out, _, marks = graded
+def test_honest_classmates_keep_full_marks(graded: Graded) -> None:
+    rows, out, _, facts = graded
+    for who in ("alice", "bob"):
+        row = rows[who]
+        assert {i: row[i] for i in notebooks.VARIANTS} == {
+            i: str(p) for i, p in notebooks.VARIANTS.items()}, (who, out)
+        assert row["total"] == row["max"] == str(sum(notebooks.VARIANTS.values()))
+        assert row["grader_errors"] == "0"
+    bob = Path(str(facts["bob"]))
+    assert hashlib.sha256(bob.read_bytes()).hexdigest() == facts["bob_digest"]
+    assert rows["tricks"]["6.4"] == "2", out
+    assert rows["tricks"]["grader_errors"] == "0", out
+    assert "identical notebooks" in out
+    assert "alice/variants.ipynb" in out
+
+
+@needs_box
+@pytest.mark.slow
+def test_results_are_the_graders_alone(graded: Graded) -> None:
+    """Written once, after every box is gone; nothing planted ran; no process survives."""
+    _, out, out_dir, facts = graded
+    folder = Path(str(facts["folder"]))
+    assert (out_dir / "grades.csv").read_text() == facts["csv_text"]
+    assert "forged" not in str(facts["csv_text"])
+    assert not (out_dir / "planted").exists()
+    for where in ("alice", "grader_cwd"):
+        assert not list((folder / where).glob("*.py")), where
+    assert facts["installed_changed"] == []
+    assert _with_marker(batch_attacks.MARKER) == []
+    assert _uid_processes(box.BOX_UID) == []
+    assert "source changed" not in out
+
+
+@needs_box
+@pytest.mark.slow
+def test_the_log_cannot_be_forged(graded: Graded) -> None:
+    _, out, _, _ = graded
+    forged = [line for line in out.splitlines() if "FORGED-LINE" in line or "graded 9" in line]
+    assert forged
+    assert all(line.startswith("  | ") for line in forged), forged
+    assert "\x1b" not in out
+
+
+@needs_box
+@pytest.mark.slow
+def test_limits_inside_the_boxes(graded: Graded) -> None:
+    _, out, _, _ = graded
     assert "ignored the interrupt and was killed" in out  # SIGINT ignored: SIGKILL
-    assert "copy of dpsim was changed and has been restored" in out
-    assert (marks / "kernel_memory.txt").read_text() == "MemoryError"
     assert "can't allocate memory" in out or "MemoryError" in out  # 20 GiB in the sandbox
     assert "too large to check" in out
-    for name in ("detached.pid", "sandbox_child.pid"):
-        pid = int((marks / name).read_text())
-        assert not Path(f"/proc/{pid}").exists() or "Z" in _state(pid), name
 
 
-def _state(pid: int) -> str:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rfind(")") + 2:].split()[0]
+@needs_box
+@pytest.mark.slow
+def test_feedback_files(graded: Graded) -> None:
+    _, _, out_dir, _ = graded
+    feedback = sorted((out_dir / "feedback").glob("*.txt"))
+    assert len(feedback) == 4
+    tricks = next(p for p in feedback if p.name.startswith("tricks")).read_text()
+    assert "1.1: 0/2 failed" in tricks
+    assert "input:" in tricks
+
+
+@needs_box
+@pytest.mark.slow
+def test_gradescope_counts_each_exercise_once(tmp_path: Path) -> None:
+    """Three copies of one submission and a malformed notebook of the same student: each
+    exercise once, Gradescope's fields, and a results.json although a notebook is broken."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cell = ("from dpsim.grading import check\n"
+            "def my_batch(n_params, activation_bytes_per_sample, memory_bytes, "
+            "bytes_per_param=16):\n"
+            "    return max(memory_bytes - n_params * bytes_per_param, 0) "
+            "// activation_bytes_per_sample\n"
+            'check("1.3", my_batch)\n')
+    paths = [tmp_path / f"{name}.ipynb" for name in ("a", "b", "c")]
+    nbformat.write(new_notebook(cells=[new_code_cell(cell)]), paths[0])
+    for path in paths[1:]:
+        path.write_bytes(paths[0].read_bytes())
+    (tmp_path / "01_broken.ipynb").write_text("{not json")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = grader.main([*map(str, paths), str(tmp_path / "01_broken.ipynb")],
+                         out_dir=str(tmp_path / "out"), output_format="gradescope",
+                         student="s1", visibility="after_published")
+    assert rc == 0, out.getvalue()
+    assert out.getvalue().count("grading ") == 2  # a.ipynb and the broken one
+    got = json.loads((tmp_path / "out" / "results.json").read_text())
+    numbers = [t["number"] for t in got["tests"]]
+    assert numbers == sorted(set(numbers), key=lambda i: tuple(map(int, i.split("."))))
+    assert got["score"] == get_exercise("1.3").points
+    assert sum(t["max_score"] for t in got["tests"]) == sum(
+        get_exercise(f"1.{i}").points for i in range(1, 6))
+    assert {"score", "execution_time", "output", "visibility", "stdout_visibility",
+            "tests"} <= got.keys()
+    for test in got["tests"]:
+        assert {"name", "number", "score", "max_score", "status", "output",
+                "visibility"} <= test.keys()
+        assert test["visibility"] == "after_published"
+    assert "could not be read" in got["output"]
+
+
+def test_many_students_need_the_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    """Without the OS sandbox the grader refuses a batch of several students, before
+    running any notebook; Gradescope output is one student's."""
+    import nbformat
+    from nbformat.v4 import new_notebook
+
+    paths = []
+    for who in ("alice", "bob"):
+        (tmp_path / who).mkdir()
+        paths.append(tmp_path / who / "01_x.ipynb")
+        nbformat.write(new_notebook(), paths[-1])
+    monkeypatch.setattr(grader.box, "unavailable", lambda: "no bubblewrap (test)")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert grader.main(list(map(str, paths))) == 2
+        assert grader.main(list(map(str, paths)), output_format="gradescope",
+                           out_dir=str(tmp_path / "o"), isolation=True) == 2
+    assert "refusing to grade 2 students" in out.getvalue()
+    assert "grades one student's submission" in out.getvalue()
+    assert "grading " not in out.getvalue()
 
 
 @pytest.mark.slow
-def test_feedback_and_gradescope_files(graded: Graded) -> None:
-    _, _, out_dir, _ = graded
-    feedback = sorted((out_dir / "feedback").glob("*.txt"))
-    assert len(feedback) == 2
-    tricks = next(p for p in feedback if "tricks" in p.name).read_text()
-    assert "1.1: 0/2 failed" in tricks
-    assert "input:" in tricks
-    results = json.loads((out_dir / "results.json").read_text())
-    assert {"score", "execution_time", "tests"} <= results.keys()
-    assert {"name", "score", "max_score", "output"} <= results["tests"][0].keys()
-    assert results["score"] == sum(t["score"] for t in results["tests"])
+def test_checks_share_the_notebooks_time(tmp_path: Path) -> None:
+    """Unboxed (--no-isolation), a function that never returns, passed to check() under
+    three names, costs the notebook's limit once, not 120 s per name."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    cell = ("def spin(*args, **kwargs):\n    while True:\n        pass\n"
+            "a = b = c = spin\n"
+            'check("1.3", a)\ncheck("1.3", b)\ncheck("1.3", c)\n')
+    path = tmp_path / "spin.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(cell)]), path)
+    out = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out):
+        rc = grader.main([str(path)], notebook_timeout_s=12.0, isolation=False)
+    assert time.monotonic() - started < 60, out.getvalue()
+    assert rc == 0
+    assert "no OS sandbox" in out.getvalue()
+    assert "0/1" in out.getvalue()
+
+
+def test_report_names_and_text() -> None:
+    assert results.feedback_name("alice/01_x.ipynb") != results.feedback_name("alice_01/x.ipynb")
+    assert results.printable("a\x1b[2Jb\rc\nd") == "a?[2Jb?c\nd"
+    assert grader._quoted("x\ny") == "  | x\n  | y"
+
+
+def test_reports_are_read_back(tmp_path: Path) -> None:
+    assert results.write_checked(tmp_path / "r.txt", "ok\n") is None
+    assert (tmp_path / "r.txt").read_text() == "ok\n"
 
 
 def test_exercises_of_a_notebook() -> None:
@@ -125,10 +309,20 @@ def test_student_id_and_dump_parsing() -> None:
     assert isinstance(found["h"], str)
 
 
-def test_score_table_marks_grader_errors() -> None:
-    a = NotebookGrade("a.ipynb", {"1.1": ExerciseGrade("1.1", 2, 2, None, "passed")})
+def test_score_table_per_student() -> None:
+    """One row per student: each exercise's best result over their notebooks; a grader
+    error reads `error` and counts toward the maximum."""
+    a = NotebookGrade("a.ipynb", {"1.1": ExerciseGrade("1.1", 2, 2, None, "passed")},
+                      student="ann")
     b = NotebookGrade("b.ipynb", {"1.3": ExerciseGrade("1.3", 0, 1, "boom", "error"),
-                                  "1.1": ExerciseGrade("1.1", 0, 2, "wrong", "failed")})
-    assert score_table([a, b]) == [["notebook", "1.1", "1.3", "total", "max", "grader_errors"],
-                                   ["a.ipynb", "2", "", "2", "2", "0"],
-                                   ["b.ipynb", "0", "error", "0", "2", "1"]]
+                                  "1.1": ExerciseGrade("1.1", 0, 2, "wrong", "failed")},
+                      student="ben")
+    c = NotebookGrade("c.ipynb", {"1.1": ExerciseGrade("1.1", 0, 2, "wrong", "failed")},
+                      student="ann")
+    students = results.by_student([a, b, c])
+    assert [s.student for s in students] == ["ann", "ben"]
+    assert isinstance(students[0], StudentGrade)
+    assert score_table(students) == [
+        ["student", "1.1", "1.3", "total", "max", "grader_errors", "notebooks"],
+        ["ann", "2", "", "2", "2", "0", "a.ipynb c.ipynb"],
+        ["ben", "0", "error", "0", "3", "1", "b.ipynb"]]

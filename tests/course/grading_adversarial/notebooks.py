@@ -113,8 +113,11 @@ def _tamper():
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            with open(os.path.join(MARKS, "detached.pid"), "w") as f:
-                f.write(str(os.getpid()))
+            try:
+                with open(os.path.join(MARKS, "detached.pid"), "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass
             pattern = os.path.join(tempfile.gettempdir(), "dpsim-grader-lib-*", "dpsim", "course",
                                    "grading")
             for _ in range(3000):
@@ -214,8 +217,11 @@ def zero_bytes_per_device_total(n_params, world_size, stage):
     import os, time
     if os.fork() == 0:
         os.setsid()
-        with open(os.path.join(MARKS, "sandbox_child.pid"), "w") as f:
-            f.write(str(os.getpid()))
+        try:
+            with open(os.path.join(MARKS, "sandbox_child.pid"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
         time.sleep(600)
         os._exit(0)
     return -1
@@ -228,8 +234,11 @@ try:
     outcome = "allocated"
 except MemoryError:
     outcome = "MemoryError"
-with open(os.path.join(MARKS, "kernel_memory.txt"), "w") as f:
-    f.write(outcome)
+try:  # the test reads it where the notebook can write outside (unboxed); boxed it cannot
+    with open(os.path.join(MARKS, "kernel_memory.txt"), "w") as f:
+        f.write(outcome)
+except OSError:
+    pass
 
 def largest_model(memory_GB, world_size, stage):
     n = world_size
