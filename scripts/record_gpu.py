@@ -101,7 +101,7 @@ def machine(gpu: bool) -> dict[str, Any]:
     import torch
 
     driver = None
-    smi = shutil.which("nvidia-smi")
+    smi = shutil.which("nvidia-smi") if gpu else None
     if smi:
         out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=False).stdout
@@ -113,7 +113,8 @@ def machine(gpu: bool) -> dict[str, Any]:
     return {"gpu": torch.cuda.get_device_name(0) if gpu else None,
             "gpus": torch.cuda.device_count() if gpu else 0, "driver": driver,
             "cuda": torch.version.cuda, "nccl": nccl, "torch": torch.__version__,
-            "python": sys.version.split()[0], "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
@@ -323,11 +324,12 @@ def dataparallel_one_gpu(ctx: Context, batch: int = 64) -> dict[str, Any]:
 
     x, y = classification(n_samples=batch, n_features=32, n_classes=10, seed=0).tensors
     result = run_step(mlp(32, 256, 3, 10, seed=0), x, y, 1, mode="cuda")
+    trace = result.trace.events
     events = [{"kind": e.kind, "start_s": e.start_s, "end_s": e.end_s, "label": e.label}
-              for e in result.trace.events]
-    kinds = sorted({e["kind"] for e in events})
-    measured = (max(e["end_s"] for e in events) - min(e["start_s"] for e in events)
-                if events else None)
+              for e in trace]
+    kinds = sorted({e.kind for e in trace})
+    measured = (max(e.end_s for e in trace) - min(e.start_s for e in trace)
+                if trace else None)
     return {"comparisons": {"step_s": compare(measured, predicted, "s", STEP_GOAL)},
             "checks": {"phases": check(kinds, phases, set(phases) <= set(kinds))},
             "details": {"how": result.how, "chunk_sizes": result.chunk_sizes,
