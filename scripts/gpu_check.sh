@@ -9,7 +9,8 @@
 #   1. scripts/record_gpu.py: every GPU number beside dpsim's prediction;
 #   2. pytest -m gpu (the tests that need a CUDA GPU);
 #   3. the notebooks with GPU cells (01, 03, 05, 06, 08, 09) under nbval.
-# A step that fails or runs out of time is recorded, and the next one runs. It always writes
+# A step that fails or runs out of time is recorded, and the next one runs (a step
+# left when the budget is spent is recorded as out_of_time). It always writes
 # OUTDIR/gpu_<device>.json (copy it to benchmarks/results/) and OUTDIR/gpu_check.log, and
 # also OUTDIR/pytest_gpu.xml and OUTDIR/executed_notebooks.tar.gz when those steps ran.
 #
@@ -55,7 +56,8 @@ run_step() {  # name cap_s command...: at most cap_s, and never past the budget
   shift 2
   left=$(( BUDGET - ($(date +%s) - START) ))
   if [ "$left" -lt 15 ]; then
-    skip "$name" "out of the check's time budget (${BUDGET} s, GPU_CHECK_BUDGET_S)"
+    echo "--- not run $name: out of the check's time budget (${BUDGET} s, GPU_CHECK_BUDGET_S)"
+    note_step "$name" out_of_time "" 0 "not run: the check's budget (${BUDGET} s) was spent"
     return
   fi
   [ "$cap" -gt "$left" ] && cap=$left
