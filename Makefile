@@ -41,7 +41,7 @@ ifndef TORCH_STEP
   $(error TORCH=$(TORCH) is not known; allowed: cpu, default, ci)
 endif
 
-.PHONY: lab test test-fast lint test-gpu test-floor test-browser bench exercises clean
+.PHONY: lab test test-fast lint test-gpu gpu-bundle test-floor test-browser bench exercises clean
 
 # Switching TORCH later: `make clean` first (an installed torch satisfies every choice).
 $(STAMP): pyproject.toml constraints/ci.txt
@@ -90,6 +90,12 @@ test-fast: $(STAMP)
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest tests -m gpu -p no:cacheprovider
 	$(BIN)/python scripts/record_gpu.py
+
+# The wheels the GPU check (scripts/gpu_check.sh) needs on a GPU machine with no package
+# index: scripts/gpu_bundle.txt, for CPython 3.12 on manylinux x86-64, into build/gpu-bundle
+# (README, "Running the GPU check"). Needs pip and the package index, not the .venv.
+gpu-bundle:
+	$(PYTHON) scripts/gpu_bundle.py download --dest build/gpu-bundle
 
 # The oldest torch the kit supports (pyproject's floor) in its own .venv-floor, on the fast
 # tests and the real DP, DDP, FSDP2 and torchrun runs. TORCH=cpu takes PyTorch's CPU wheels.

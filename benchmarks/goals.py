@@ -140,11 +140,41 @@ def _collective_runs(r: dict[str, Any]) -> list[dict[str, Any]]:
                  r["median"], abs(worst["error"]), config)]
 
 
+def _gpu(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """scripts/record_gpu.py's record: each number within its goal, each outcome as expected,
+    every part measured without an error, every step of scripts/gpu_check.sh passed."""
+    out = []
+    for part, entry in r["parts"].items():
+        for label, c in (entry.get("comparisons") or {}).items():
+            if c["error"] is None:
+                continue
+            unit = "fraction" if c["error_kind"] == "relative" else c["unit"]
+            out.append(goal(f"GPU {part}: {label} within {c['goal']:g} {unit} of the "
+                            f"prediction", c["error"], c["goal"], unit, "lower", "worst",
+                            c["error"], c["error"], {"part": part}))
+        for label, c in (entry.get("checks") or {}).items():
+            if c["goal_met"] is not None:
+                miss = 0 if c["goal_met"] else 1
+                out.append(goal(f"GPU {part}: {label} is {c['expected']}", miss, 0,
+                                "checks failed", "lower", "worst", miss, miss, {"part": part}))
+    missing = sorted(p for p, e in r["parts"].items() if e["status"] != "measured")
+    out.append(goal("every GPU part measured without an error", len(missing), 0, "parts",
+                    "lower", "worst", len(missing), len(missing), {"parts": missing}))
+    steps = (r.get("check") or {}).get("steps") or []
+    failed = [s["step"] for s in steps if s["status"] not in ("passed", "skipped")]
+    if steps:
+        out.append(goal("every step of the GPU check passed (or was skipped, with why)",
+                        len(failed), 0, "steps", "lower", "worst", len(failed), len(failed),
+                        {"steps": failed}))
+    return out
+
+
 GOALS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "collectives": _collectives, "ddp": _ddp, "fuzz_api": _fuzz, "launch": _launch,
     "planner": _planner, "torchrun_stress": _stress, "validation": fidelity_goals,
     "elastic_stress": _elastic, "grading": _grading,
     "single_device": _single_device, "collective_runs": _collective_runs,
+    "gpu": _gpu,
 }
 
 
@@ -159,7 +189,7 @@ def stamp(result: dict[str, Any], name: str) -> dict[str, Any]:
 # the worst case's keys shown in the README
 SHOWN = ("world_size", "model", "hidden", "depth", "bucket_cap_mb", "trial", "way", "setup",
          "entry_point", "strategy", "n_devices", "layers", "run", "nbytes", "id", "n_gpus",
-         "batch", "table", "stage", "published")
+         "batch", "table", "stage", "published", "part")
 
 
 def _load(result: dict[str, Any]) -> str:

@@ -1,20 +1,31 @@
 """Record the GPU numbers the CPU-only suite cannot measure: benchmarks/results/gpu_<gpu>.json.
 
-Run on a CUDA machine (`make test-gpu` runs it after the GPU tests):
+Run on a CUDA machine (`make test-gpu` runs it after the GPU tests; scripts/gpu_check.sh
+runs it first, on a GPU machine with no package index):
 
     python scripts/record_gpu.py [--out benchmarks/results]
+    python scripts/record_gpu.py --dry-run [--preset h100-80gb] --out DIR   (no GPU needed)
 
-It records the machine (GPU name, driver, CUDA, NCCL and torch versions, date) and, each
-with what the simulator predicted beside it where there is a prediction:
+It records the machine (GPU name, driver, CUDA, NCCL, torch and Python versions, date) and
+each measurement beside dpsim's prediction for the GPU's preset, with the error and the goal:
 
 - chapter 1: peak memory of an MLP step, torch.cuda.max_memory_allocated vs predict_single
   (goal: within 5 %);
-- GPT-2 small (124M), one bf16-autocast training step: measured median vs simulated;
-- DDP and FSDP2 over NCCL at world size 1 (they run, and how long a step takes);
+- GPT-2 small (124M), one bf16-autocast training step: measured median vs simulated (goal:
+  within 15 %); a bf16 matmul's TFLOP/s vs the preset's peak times its efficiency;
+- DDP and FSDP2 over NCCL at world size 1: parameters equal one process's, FSDP2's shards
+  and peak memory as predicted;
 - two ranks on one GPU under NCCL (the myths lab's claim 17): failed, hung or ran;
-- the real nn.DataParallel with device_ids=[0]: its CUDA phase timeline.
+- the real nn.DataParallel with device_ids=[0]: its CUDA phase timeline, the step vs the
+  simulated one;
+- fp16 autocast with a GradScaler: model-state bytes vs predicted, the scale and the
+  skipped steps against GradScaler's rule.
 
-Each part runs on its own: one that fails is recorded with its error, the rest go on.
+Each number compared is {measured, predicted, unit, error, error_kind, goal, goal_met}; each
+outcome checked is {expected, observed, goal_met}. Each part runs on its own: one that fails
+is recorded with its error, the rest go on. `--dry-run` computes every prediction (for
+`--preset`) and measures nothing. The file's `goals` and `goal_met` follow the benchmarks'
+convention (benchmarks/goals.py, "gpu"); `--attach-steps` adds gpu_check.sh's steps.
 """
 
 from __future__ import annotations
@@ -22,6 +33,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
+import platform
 import re
 import shutil
 import statistics
@@ -30,174 +43,465 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpsim.sim.hardware import Cluster, Device
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_GOAL = 0.05  # chapter 1: |predicted - measured| / measured
+STEP_GOAL = 0.15  # step time and matmul rate: |predicted - measured| / measured
+PARAM_GOAL = 1e-4  # |parameter - one process's| (TF32 and cuBLAS sums differ from the CPU)
+EXACT = 0.0
+DRY_RUN_PRESET = "h100-80gb"
 
 
-def machine() -> dict[str, Any]:
-    """GPU name, driver, CUDA, NCCL and torch versions, and the date (UTC)."""
+@dataclass(frozen=True)
+class Context:
+    """Where the parts run: the preset predictions are made for; `gpu` False measures nothing."""
+
+    preset: Device
+    gpu: bool
+
+
+def compare(measured: float | None, predicted: float, unit: str, goal: float,
+            error_kind: str = "relative") -> dict[str, Any]:
+    """One number beside its prediction: error (relative to the measured value, or absolute)
+    and whether it is within `goal`; measured None (not measured) leaves both None."""
+    error: float | None = None
+    if measured is not None:
+        diff = abs(predicted - measured)
+        error = diff / abs(measured) if error_kind == "relative" and measured else diff
+        if error_kind == "relative" and not measured:
+            error = 0.0 if diff == 0 else math.inf
+    return {"measured": measured, "predicted": predicted, "unit": unit, "error": error,
+            "error_kind": error_kind, "goal": goal,
+            "goal_met": None if error is None else bool(error <= goal)}
+
+
+def check(observed: Any, expected: Any, met: bool | None) -> dict[str, Any]:
+    """One outcome beside what was expected (met None: not observed)."""
+    return {"observed": observed, "expected": expected, "goal_met": met}
+
+
+def one_device(preset: Device) -> Cluster:
+    """A one-device cluster of the preset (a link is never used with one device)."""
+    from dpsim.sim.hardware import NVLINK4, Cluster
+
+    return Cluster(f"one {preset.name}", preset, 1, 1, NVLINK4)
+
+
+# --- the machine ----------------------------------------------------------------------------
+
+
+def machine(gpu: bool) -> dict[str, Any]:
+    """GPU name, driver, CUDA, NCCL, torch and Python versions, and the date (UTC)."""
     import torch
 
     driver = None
-    smi = shutil.which("nvidia-smi")
+    smi = shutil.which("nvidia-smi") if gpu else None
     if smi:
         out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=False).stdout
         driver = out.strip().splitlines()[0] if out.strip() else None
-    nccl = torch.cuda.nccl.version() if torch.distributed.is_nccl_available() else None
-    return {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
-            "driver": driver, "cuda": torch.version.cuda,
-            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
-            "torch": torch.__version__, "python": sys.version.split()[0],
+    nccl = None
+    if gpu and torch.distributed.is_nccl_available():
+        version = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    return {"gpu": torch.cuda.get_device_name(0) if gpu else None,
+            "gpus": torch.cuda.device_count() if gpu else 0, "driver": driver,
+            "cuda": torch.version.cuda, "nccl": nccl, "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
-def chapter1_memory() -> dict[str, Any]:
+def device_slug(cuda_name: str | None) -> str:
+    """The results file's device name: the preset's family ("NVIDIA H100 80GB HBM3" -> "h100",
+    "NVIDIA H200" -> "h200"), else the CUDA name made safe; None (no GPU) -> "dry_run"."""
+    from dpsim.sim.hardware.gpu_specs import match_name
+
+    if cuda_name is None:
+        return "dry_run"
+    key = match_name(cuda_name)
+    name = re.sub(r"-\d+gb$", "", key) if key else cuda_name.lower()
+    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "unknown"
+
+
+# --- the parts ------------------------------------------------------------------------------
+
+
+def chapter1_memory(ctx: Context) -> dict[str, Any]:
     """Peak memory of chapter 1's MLP step on cuda:0 against the simulator."""
     import torch
 
-    from dpsim.labs.ch01_single_device.train_single import train
     from dpsim.runtime.capture import workload_from_module
-    from dpsim.runtime.data import classification
     from dpsim.runtime.models import mlp
     from dpsim.sim.cost.memory import predict_single
 
     batch = 64
-    result = train(mlp(), classification(256, 32, 10), steps=3, batch_size=batch,
-                   progress=False, device="cuda")
-    assert result.memory.cuda is not None
-    measured = result.memory.cuda["peak_allocated"]
     predicted = predict_single(workload_from_module(mlp(), torch.randn(batch, 32)), batch).total
-    error = abs(predicted - measured) / measured
-    return {"measured_peak_bytes": measured, "predicted_peak_bytes": predicted,
-            "relative_error": error, "goal": MEMORY_GOAL, "goal_met": error <= MEMORY_GOAL}
+    measured = None
+    if ctx.gpu:
+        from dpsim.labs.ch01_single_device.train_single import train
+        from dpsim.runtime.data import classification
+
+        result = train(mlp(), classification(256, 32, 10), steps=3, batch_size=batch,
+                       progress=False, device="cuda")
+        assert result.memory.cuda is not None
+        measured = result.memory.cuda["peak_allocated"]
+    return {"comparisons": {"peak_allocated_bytes": compare(measured, predicted, "bytes",
+                                                            MEMORY_GOAL)},
+            "details": {"batch": batch, "model": "mlp()", "steps": 3}}
 
 
-def gpt2_step(batch: int = 8, steps: int = 6) -> dict[str, Any]:
-    """GPT-2 small, bf16 autocast + fp32 Adam: median measured step vs the simulator."""
+def gpt2_step(ctx: Context, batch: int = 8, steps: int = 6) -> dict[str, Any]:
+    """GPT-2 small, bf16 autocast + fp32 AdamW: median measured step vs the simulator."""
     import torch
 
-    from dpsim.runtime.machine import gpu_device
     from dpsim.runtime.models.gpt2 import gpt2_small
     from dpsim.sim.strategies.single import SingleConfig, simulate, step_result
     from dpsim.sim.workload import get_workload
 
-    model = gpt2_small().cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, 50257, (batch, model.seq_len), device="cuda")
-    times = []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(ids[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1),
-                                                 ids[:, 1:].flatten())
-        loss.backward()
-        opt.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    measured = statistics.median(times[1:])
     cfg = SingleConfig(batch_size=batch, dtype="bf16", mixed_precision=True)
-    predicted = step_result(simulate(get_workload("gpt2-124m"), gpu_device(0), cfg)).step_s
-    return {"batch": batch, "seq_len": model.seq_len, "measured_step_s": measured,
-            "worst_step_s": max(times[1:]), "simulated_step_s": predicted,
-            "relative_error": (predicted - measured) / measured,
-            "preset": gpu_device(0).name}
+    predicted = step_result(simulate(get_workload("gpt2-124m"), ctx.preset, cfg)).step_s
+    details: dict[str, Any] = {"batch": batch, "steps_timed": steps - 1}
+    measured = None
+    if ctx.gpu:
+        model = gpt2_small().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        ids = torch.randint(0, 50257, (batch, model.seq_len), device="cuda")
+        times = []
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(ids[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1),
+                                                     ids[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        measured = statistics.median(times[1:])
+        details.update(seq_len=model.seq_len, step_s=times, worst_step_s=max(times[1:]),
+                       peak_allocated_bytes=torch.cuda.max_memory_allocated())
+        del model, opt
+        torch.cuda.empty_cache()
+    return {"comparisons": {"step_s": compare(measured, predicted, "s", STEP_GOAL)},
+            "details": details}
 
 
-def ddp_fsdp_nccl_world1() -> dict[str, Any]:
-    """DDP and FSDP2 over NCCL with one rank: they run; seconds per launch."""
-    from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig, run_ddp
-    from dpsim.labs.ch06_fsdp.fsdp_train import run_fsdp
+def bf16_matmul(ctx: Context, n: int = 8192, repeats: int = 10) -> dict[str, Any]:
+    """An n x n x n bf16 matmul's TFLOP/s vs the preset's roofline (peak x efficiency)."""
+    p = ctx.preset
+    flops = 2.0 * n**3
+    nbytes = 3.0 * n * n * 2
+    predicted_s = (max(flops / (p.bf16_tflops * 1e12 * p.efficiency), nbytes / (p.mem_bw_GBps
+                                                                               * 1e9))
+                   + p.op_overhead_us * 1e-6)
+    predicted = flops / predicted_s / 1e12
+    details: dict[str, Any] = {"n": n, "peak_tflops": p.bf16_tflops,
+                               "preset_efficiency": p.efficiency}
+    measured = None
+    if ctx.gpu:
+        import torch
+
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            a @ b
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(repeats):
+            start.record()
+            a @ b
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        measured = flops / statistics.median(times) / 1e12
+        details.update(fraction_of_peak=measured / p.bf16_tflops, times_s=times)
+        del a, b
+        torch.cuda.empty_cache()
+    return {"comparisons": {"bf16_matmul_tflops": compare(measured, predicted, "TFLOP/s",
+                                                          STEP_GOAL)},
+            "details": details}
+
+
+def ddp_nccl_world1(ctx: Context) -> dict[str, Any]:
+    """DDP over NCCL with one rank: its parameters equal one process's on the same batch."""
+    from dpsim.labs.ch05_ddp.ddp_train import (
+        DDPRunConfig,
+        max_param_difference,
+        run_ddp,
+        train_global_batch,
+    )
+
+    cfg = DDPRunConfig(n_samples=96, batch_size=8, steps=4, progress=False)
+    if not ctx.gpu:
+        return {"comparisons": {"max_param_difference": compare(None, 0.0, "absolute",
+                                                                PARAM_GOAL, "absolute")},
+                "checks": {"backend": check(None, "nccl", None)}}
+    t0 = time.perf_counter()
+    run = run_ddp(cfg, world_size=1, backend="nccl")
+    launch_s = time.perf_counter() - t0
+    diff = max_param_difference(run.ranks[0].params, train_global_batch(cfg, 1).params)
+    backend = run.ranks[0].backend
+    return {"comparisons": {"max_param_difference": compare(diff, 0.0, "absolute", PARAM_GOAL,
+                                                            "absolute")},
+            "checks": {"backend": check(backend, "nccl", backend == "nccl")},
+            "details": {"launch_s": launch_s, "losses": run.ranks[0].losses}}
+
+
+def fsdp_nccl_world1(ctx: Context, model: str = "mlp", batch: int = 4) -> dict[str, Any]:
+    """FSDP2 over NCCL with one rank: shards as predicted, peak memory vs the simulator (as
+    notebook 06 shows it), parameters equal one process's."""
+    import torch
+
+    from dpsim.labs.ch06_fsdp.fsdp_train import IN_FEATURES, fsdp_model, run_fsdp
+    from dpsim.runtime.capture import workload_from_module
+    from dpsim.sim.strategies.fsdp import FSDPConfig, simulate, step_result
+
+    workload = workload_from_module(fsdp_model(model), torch.randn(batch, IN_FEATURES))
+    predicted_peak = step_result(simulate(workload, one_device(ctx.preset),
+                                          FSDPConfig(batch_size=batch, precision="fp32"))
+                                 ).peak_bytes[0]
+    if not ctx.gpu:
+        return {"comparisons": {
+            "peak_allocated_bytes": compare(None, predicted_peak, "bytes", MEMORY_GOAL),
+            "max_param_difference": compare(None, 0.0, "absolute", PARAM_GOAL, "absolute")},
+            "checks": {"shards_as_predicted": check(None, True, None)},
+            "details": {"model": model, "batch": batch}}
+    t0 = time.perf_counter()
+    run = run_fsdp(1, model, steps=2, batch_size=batch, backend="nccl")
+    cuda = run.cuda[0]
+    peak = cuda["peak_allocated"] if cuda else None
+    return {"comparisons": {
+        "peak_allocated_bytes": compare(peak, predicted_peak, "bytes", MEMORY_GOAL),
+        "max_param_difference": compare(run.max_abs_diff, 0.0, "absolute", PARAM_GOAL,
+                                        "absolute")},
+        "checks": {"shards_as_predicted": check(run.matches_prediction, True,
+                                                run.matches_prediction)},
+        "details": {"model": model, "batch": batch, "device": run.device,
+                    "launch_s": time.perf_counter() - t0}}
+
+
+def nccl_two_ranks_one_gpu(ctx: Context) -> dict[str, Any]:
+    """Claim 17's evidence, as chapter 8 runs it: two NCCL ranks on one GPU fail or hang."""
+    expected = "failed or hung (claim 17)"
+    if not ctx.gpu:
+        return {"checks": {"outcome": check(None, expected, None)}}
+    from dpsim.labs.ch08_myths.myths_lab import nccl_two_ranks_one_gpu as run
 
     t0 = time.perf_counter()
-    ddp = run_ddp(DDPRunConfig(n_samples=96, batch_size=8, steps=4, progress=False),
-                  world_size=1, backend="nccl")
-    t1 = time.perf_counter()
-    fsdp = run_fsdp(1, "residual", steps=2, backend="nccl")
-    t2 = time.perf_counter()
-    return {"ddp_backend": ddp.ranks[0].backend, "ddp_launch_s": t1 - t0,
-            "fsdp_device": fsdp.device, "fsdp_matches_prediction": fsdp.matches_prediction,
-            "fsdp_peak_allocated": fsdp.cuda[0]["peak_allocated"] if fsdp.cuda[0] else None,
-            "fsdp_launch_s": t2 - t1}
+    result = run(timeout_s=60.0)
+    outcome = result["outcome"]
+    return {"checks": {"outcome": check(outcome, expected, outcome in ("failed", "hung"))},
+            "details": {"nccl_said": result["detail"], "seconds": time.perf_counter() - t0}}
 
 
-def _two_ranks_one_gpu(rank: int, world_size: int) -> str:
-    """Inside a gloo group: an NCCL group whose ranks all sit on cuda:0, one all-reduce."""
+def dataparallel_one_gpu(ctx: Context, batch: int = 64) -> dict[str, Any]:
+    """The real nn.DataParallel with device_ids=[0]: its phases on the CUDA timeline, and its
+    step against the simulated DataParallel step on one device."""
     import torch
-    import torch.distributed as dist
 
-    torch.cuda.set_device(0)
-    group = dist.new_group(list(range(world_size)), backend="nccl")
-    t = torch.ones(1, device="cuda:0")
-    dist.all_reduce(t, group=group)
-    torch.cuda.synchronize()
-    return f"rank {rank}: all-reduce returned {t.item()}"
+    from dpsim.runtime.capture import workload_from_module
+    from dpsim.runtime.models import mlp
+    from dpsim.sim.strategies.dp import DPConfig, simulate, step_result
 
-
-def nccl_two_ranks_one_gpu(timeout_s: float = 90.0) -> dict[str, Any]:
-    """Claim 17's evidence: two NCCL ranks on one GPU fail, hang (timeout) or run."""
-    from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
-
-    try:
-        out = launch(_two_ranks_one_gpu, 2, backend="gloo", timeout_s=timeout_s)
-        return {"outcome": "ran", "detail": out, "failed_or_hung": False}
-    except LaunchTimeoutError as exc:
-        return {"outcome": "hung", "detail": str(exc)[:2000], "failed_or_hung": True}
-    except RankFailedError as exc:
-        return {"outcome": "failed", "detail": str(exc)[:2000], "failed_or_hung": True}
-
-
-def dataparallel_one_gpu() -> dict[str, Any]:
-    """The real nn.DataParallel with device_ids=[0]: its phases on the CUDA timeline."""
+    workload = workload_from_module(mlp(32, 256, 3, 10, seed=0), torch.randn(batch, 32))
+    predicted = step_result(simulate(workload, one_device(ctx.preset),
+                                     DPConfig(n_devices=1, batch_size=batch))).step_s
+    phases = ["scatter", "forward", "loss", "backward"]
+    if not ctx.gpu:
+        return {"comparisons": {"step_s": compare(None, predicted, "s", STEP_GOAL)},
+                "checks": {"phases": check(None, phases, None)}}
     from dpsim.labs.ch03_data_parallel.dp_real import run_step
     from dpsim.runtime.data import classification
-    from dpsim.runtime.models import mlp
 
-    x, y = classification(n_samples=64, n_features=32, n_classes=10, seed=0).tensors
+    x, y = classification(n_samples=batch, n_features=32, n_classes=10, seed=0).tensors
     result = run_step(mlp(32, 256, 3, 10, seed=0), x, y, 1, mode="cuda")
+    trace = result.trace.events
     events = [{"kind": e.kind, "start_s": e.start_s, "end_s": e.end_s, "label": e.label}
-              for e in result.trace.events]
-    return {"how": result.how, "chunk_sizes": result.chunk_sizes, "events": events,
-            "peak_allocated": result.trace.meta["peak_allocated"]}
+              for e in trace]
+    kinds = sorted({e.kind for e in trace})
+    measured = (max(e.end_s for e in trace) - min(e.start_s for e in trace)
+                if trace else None)
+    return {"comparisons": {"step_s": compare(measured, predicted, "s", STEP_GOAL)},
+            "checks": {"phases": check(kinds, phases, set(phases) <= set(kinds))},
+            "details": {"how": result.how, "chunk_sizes": result.chunk_sizes,
+                        "events": events,
+                        "peak_allocated": result.trace.meta.get("peak_allocated")}}
 
 
-PARTS: dict[str, Callable[[], dict[str, Any]]] = {
+def fp16_grad_scaler(ctx: Context, steps: int = 8) -> dict[str, Any]:
+    """fp16 autocast with a GradScaler: model-state bytes vs the prediction (exact), and the
+    scale against GradScaler's rule (halved at each skipped step, unchanged otherwise within
+    its growth interval); the optimizer steps once per step not skipped."""
+    import torch
+    from torch import nn
+
+    from dpsim.labs.ch09_precision.precision_measure import autocast_step
+    from dpsim.runtime.models.tiny_transformer import tiny_transformer, token_batch
+    from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
+
+    model = tiny_transformer(0)
+    n, t = sum(p.numel() for p in model.parameters()), len(list(model.parameters()))
+    pred = policy_model_state_bytes(n, t, precision_policy("torch_amp", "fp16"))
+    predicted_states = pred.parameters + pred.gradients + pred.optimizer
+    init_scale = 2.0**16
+    if not ctx.gpu:
+        return {"comparisons": {
+            "model_state_bytes": compare(None, predicted_states, "bytes", EXACT),
+            "final_scale": compare(None, init_scale, "scale", EXACT, "absolute"),
+            "optimizer_steps": compare(None, steps, "steps", EXACT, "absolute")},
+            "details": {"steps": steps, "init_scale": init_scale}}
+    step = autocast_step("fp16", "cuda", steps=2, batch=4)
+    m = step.measured
+    model = model.cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
+    scaler = torch.amp.GradScaler("cuda", init_scale=init_scale)
+    x, y = token_batch(4, 0)
+    x, y = x.cuda(), y.cuda()
+    scales, skipped = [], 0
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.float16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        before = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        skipped += scaler.get_scale() < before
+    first = next(iter(model.parameters()))
+    stepped = int(opt.state[first]["step"]) if opt.state.get(first) else 0
+    rule_scale = init_scale * 0.5**skipped
+    return {"comparisons": {
+        "model_state_bytes": compare(m.parameters + m.gradients + m.optimizer,
+                                     predicted_states, "bytes", EXACT),
+        "final_scale": compare(scales[-1], rule_scale, "scale", EXACT, "absolute"),
+        "optimizer_steps": compare(stepped, steps - skipped, "steps", EXACT, "absolute")},
+        "details": {"steps": steps, "init_scale": init_scale, "scales": scales,
+                    "skipped_steps": skipped, "dtypes": step.dtypes, "losses": step.losses}}
+
+
+PARTS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "chapter1_memory": chapter1_memory, "gpt2_small_bf16_step": gpt2_step,
-    "ddp_fsdp_nccl_world_size_1": ddp_fsdp_nccl_world1,
+    "bf16_matmul": bf16_matmul, "ddp_nccl_world_size_1": ddp_nccl_world1,
+    "fsdp2_nccl_world_size_1": fsdp_nccl_world1,
     "nccl_two_ranks_one_gpu": nccl_two_ranks_one_gpu,
     "dataparallel_device_ids_0": dataparallel_one_gpu,
+    "fp16_grad_scaler": fp16_grad_scaler,
 }
 
 
-def record(out_dir: Path) -> Path:
-    """Run every part, write gpu_<gpu name>.json under `out_dir`, return its path."""
-    result: dict[str, Any] = {"machine": machine(), "measured": "on this GPU", "parts": {}}
-    for name, part in PARTS.items():
+# --- the record -----------------------------------------------------------------------------
+
+
+def stamp(result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with its goals and goal_met (benchmarks/goals.py's "gpu")."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # benchmarks/ when run as a script
+    from benchmarks.goals import stamp as stamp_goals
+
+    return stamp_goals(result, "gpu")
+
+
+def run_parts(ctx: Context, parts: dict[str, Callable[[Context], dict[str, Any]]]
+              ) -> dict[str, Any]:
+    """Each part in turn: status "measured", "predicted only" (no GPU) or "error"."""
+    out: dict[str, Any] = {}
+    for name, part in parts.items():
+        t0 = time.perf_counter()
         try:
-            result["parts"][name] = part()
+            entry = {"status": "measured" if ctx.gpu else "predicted only", **part(ctx)}
+            if not ctx.gpu:
+                entry["skipped"] = "no CUDA GPU (dry run): predictions only, nothing measured"
         except Exception as exc:  # one part's failure is a result, the rest still run
-            result["parts"][name] = {"error": f"{type(exc).__name__}: {exc}",
-                                     "traceback": traceback.format_exc()[-4000:]}
-    slug = re.sub(r"[^a-z0-9]+", "_", result["machine"]["gpu"].lower()).strip("_")
-    path = out_dir / f"gpu_{slug}.json"
+            entry = {"status": "error", "error": f"{type(exc).__name__}: {exc}"[:2000],
+                     "traceback": traceback.format_exc()[-4000:]}
+        entry["seconds"] = time.perf_counter() - t0
+        out[name] = entry
+        print(f"record_gpu: {name}: {entry['status']} ({entry['seconds']:.1f} s)", flush=True)
+    return out
+
+
+def record(out_dir: Path, ctx: Context | None = None) -> Path:
+    """Run every part, write gpu_<device>.json under `out_dir`, return its path."""
+    if ctx is None:
+        from dpsim.runtime.machine import gpu_device
+
+        ctx = Context(gpu_device(0), gpu=True)
+    result: dict[str, Any] = {"benchmark": "gpu", "machine": machine(ctx.gpu),
+                              "preset": ctx.preset.name,
+                              "measured": "on this GPU" if ctx.gpu else
+                              "nothing: a dry run without a GPU, predictions only"}
+    result["parts"] = run_parts(ctx, PARTS)
+    path = out_dir / f"gpu_{device_slug(result['machine']['gpu'])}.json"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    path.write_text(json.dumps(stamp(result), indent=2, default=str) + "\n")
+    return path
+
+
+def read_steps(path: Path) -> list[dict[str, Any]]:
+    """gpu_check.sh's step table: name, status, exit code, seconds, note (tab-separated)."""
+    steps = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        name, status, rc, seconds, note = (line.split("\t") + [""] * 5)[:5]
+        steps.append({"step": name, "status": status, "rc": int(rc) if rc else None,
+                      "seconds": float(seconds) if seconds else None, "note": note})
+    return steps
+
+
+def attach_steps(out_dir: Path, steps_file: Path) -> Path:
+    """Add gpu_check.sh's steps to the record in `out_dir` (one with the machine alone when
+    record_gpu wrote none) and stamp its goals again; return its path."""
+    found = sorted(out_dir.glob("gpu_*.json"), key=lambda p: p.stat().st_mtime)
+    if found:
+        path = found[-1]
+        result = json.loads(path.read_text())
+    else:
+        import torch
+
+        gpu = torch.cuda.is_available()
+        result = {"benchmark": "gpu", "machine": machine(gpu), "preset": None,
+                  "measured": "nothing: record_gpu.py wrote no record (see the log)",
+                  "parts": {}}
+        path = out_dir / f"gpu_{device_slug(result['machine']['gpu'])}.json"
+    result["check"] = {"steps": read_steps(steps_file),
+                       "log": "gpu_check.log beside this file"}
+    path.write_text(json.dumps(stamp(result), indent=2, default=str) + "\n")
     return path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Refuse without CUDA; otherwise record and print where."""
+    """Refuse without CUDA (unless --dry-run); otherwise record and print where."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="no GPU: compute every prediction, measure nothing")
+    parser.add_argument("--preset", default=DRY_RUN_PRESET,
+                        help="the device preset a dry run predicts for")
+    parser.add_argument("--attach-steps", type=Path, default=None, metavar="TSV",
+                        help="add gpu_check.sh's step table to the record in --out")
     args = parser.parse_args(argv)
+    if args.attach_steps is not None:
+        print(f"record_gpu: steps added to {attach_steps(args.out, args.attach_steps)}")
+        return 0
     import torch
 
+    if args.dry_run:
+        from dpsim.sim.hardware import get_device
+
+        ctx = Context(get_device(args.preset), gpu=False)
+        print(f"record_gpu: dry run, wrote {record(args.out, ctx)}")
+        return 0
     if not torch.cuda.is_available():
         print("record_gpu: no CUDA GPU here; nothing recorded", file=sys.stderr)
         return 2
