@@ -326,3 +326,18 @@ def test_score_table_per_student() -> None:
         ["student", "1.1", "1.3", "total", "max", "grader_errors", "notebooks"],
         ["ann", "2", "", "2", "2", "0", "a.ipynb c.ipynb"],
         ["ben", "0", "error", "0", "3", "1", "b.ipynb"]]
+
+
+@pytest.mark.slow
+def test_the_grader_imports_nothing_from_its_folder(tmp_path: Path) -> None:
+    """A module planted in the folder the grader runs from is not imported by it."""
+    import subprocess
+    import sys
+
+    for name in ("nbformat", "cProfile", "tabulate"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('planted module ran')\n")
+    done = subprocess.run([sys.executable, "-m", "dpsim", "grade", "missing.ipynb"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert "planted" not in done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no such notebook" in done.stdout
