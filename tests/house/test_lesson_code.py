@@ -1,0 +1,76 @@
+"""The lesson's code is in view, in lean text.
+
+`API_IN_VIEW`: the torch calls a chapter teaches appear in its own code cells (not only
+in markdown or behind a dpsim helper). `LEAN`: the chapters whose prose is at most
+`MAX_CHAPTER_WORDS` markdown words, none of their markdown cells over `MAX_CELL_WORDS`.
+A chapter enters both tables when its notebook is rewritten that way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+MAX_CHAPTER_WORDS = 1500
+MAX_CELL_WORDS = 200
+
+# chapter file stem -> strings that must appear in its code cells
+API_IN_VIEW: dict[str, list[str]] = {
+    # chapters 01-03
+
+    # chapters 05-06
+
+    # chapters 09-10
+
+}
+
+# chapter file stems whose prose is lean
+LEAN: list[str] = [
+    # chapters 01-03
+
+    # chapters 05-06
+
+    # chapters 07-11
+
+]
+
+
+def _cells(stem: str, kind: str) -> list[str]:
+    nb = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind]
+
+
+def _words(text: str) -> int:
+    return len(re.findall(r"[A-Za-z0-9_']+", text))
+
+
+@pytest.mark.parametrize("stem", sorted(API_IN_VIEW))
+def test_the_lesson_calls_torch_in_its_own_cells(stem: str) -> None:
+    code = "\n".join(_cells(stem, "code"))
+    missing = [api for api in API_IN_VIEW[stem] if api not in code]
+    assert not missing, f"{stem}: not in any code cell: {missing}"
+
+
+@pytest.mark.parametrize("stem", sorted(LEAN))
+def test_the_prose_is_lean(stem: str) -> None:
+    cells = _cells(stem, "markdown")
+    total = sum(_words(c) for c in cells)
+    assert total <= MAX_CHAPTER_WORDS, f"{stem}: {total} words of prose"
+    long = [(_words(c), c[:60]) for c in cells if _words(c) > MAX_CELL_WORDS]
+    assert not long, f"{stem}: markdown cells over {MAX_CELL_WORDS} words: {long}"
+
+
+def test_no_notebook_imports_a_private_name() -> None:
+    pattern = re.compile(r"^\s*from\s+\S+\s+import\s+.*\b_[A-Za-z]|^\s*import\s+\S*\._",
+                         re.MULTILINE)
+    found = {}
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        hits = [m.group(0).strip() for c in _cells(path.stem, "code")
+                for m in pattern.finditer(c)]
+        if hits:
+            found[path.name] = hits
+    assert not found, found
