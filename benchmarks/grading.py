@@ -52,6 +52,28 @@ def one_run(paths: list[Path], isolate: bool) -> dict[str, Any]:
             "notebooks_s": {Path(g.path).name: round(g.seconds, 1) for g in grades}}
 
 
+def box_start_ms(repeats: int = 10) -> dict[str, float]:
+    """`python -I -c pass` plain and in an OS box (milliseconds, mean of `repeats`)."""
+    import subprocess
+    import sys
+
+    from dpsim.course.grading import box
+
+    limits = box.BoxLimits()
+    argv = [sys.executable, "-I", "-c", "pass"]
+
+    def mean_ms(cmd: list[str], **kw: Any) -> float:
+        started = time.perf_counter()
+        for _ in range(repeats):
+            subprocess.run(cmd, check=True, **kw)
+        return (time.perf_counter() - started) / repeats * 1e3
+
+    plain = mean_ms(argv)
+    boxed = mean_ms(box.command(argv, None, {}, limits), preexec_fn=box.rlimits(limits))
+    return {"plain_ms": round(plain, 1), "boxed_ms": round(boxed, 1),
+            "box_start_ms": round(boxed - plain, 1)}
+
+
 def main(argv: list[str]) -> None:
     """Run the benchmark and write the results file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -79,6 +101,7 @@ def main(argv: list[str]) -> None:
         "goal_s": GOAL_S, "value_s": worst["wall_s"],
         "worst_case": worst, "runs": runs, "unboxed_runs": unboxed,
         "box_cost_per_notebook_s": per_notebook,
+        "box_start": box_start_ms() if why is None else None,
         "box_unavailable": why,
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "torch": torch.__version__, "cpu_count": os.cpu_count(),
