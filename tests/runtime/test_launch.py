@@ -437,6 +437,54 @@ def test_unpicklable_parts_of_fn_are_named_with_their_type() -> None:
     assert "_thread" not in named
 
 
+FSDP_CELL = """
+import torch
+from torch.distributed.fsdp import fully_shard   # at the top of the cell, as learners write it
+
+def ping(n):                   # two functions of the cell that call each other
+    return 0 if n == 0 else pong(n - 1)
+
+def pong(n):
+    return ping(n)
+
+def cell_fn(rank, world_size):
+    model = torch.nn.Linear(4, 4)
+    fully_shard(model)
+    return type(model).__name__, ping(3)
+"""
+
+
+def _fsdp_cell() -> dict[str, Any]:
+    """A notebook cell's namespace: its functions live in `__main__`, dill ships them by value."""
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(FSDP_CELL, "<dpsim-test-cell-fsdp>", "exec"), namespace)
+    return namespace
+
+
+def test_a_cell_that_imports_fully_shard_at_its_top_ships() -> None:
+    """dill's own search for the globals recursed without end inside fully_shard (torch
+    2.13, dill 0.4.1: RecursionError); library functions now travel by reference."""
+    import dill
+    from torch.distributed.fsdp import fully_shard
+
+    from dpsim.runtime.launch.pickling import by_reference, dumps, globals_used
+
+    cell_fn = _fsdp_cell()["cell_fn"]
+    assert by_reference(fully_shard)
+    assert not by_reference(cell_fn)
+    assert set(globals_used(cell_fn)) == {"torch", "fully_shard", "ping", "pong"}
+    loaded = dill.loads(dumps(cell_fn))
+    assert loaded.__globals__["fully_shard"] is fully_shard
+    assert loaded.__globals__["ping"](4) == 0
+    assert launch_job._ship(cell_fn, (), {})
+
+
+@pytest.mark.slow
+def test_a_cell_that_imports_fully_shard_runs_on_ranks() -> None:
+    assert launch(_fsdp_cell()["cell_fn"], 2, backend="gloo", timeout_s=60) == [
+        ("FSDPLinear", 0), ("FSDPLinear", 0)]
+
+
 class _Holder:
     def __init__(self) -> None:
         self.rows = (i for i in range(2))

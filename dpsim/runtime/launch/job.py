@@ -14,7 +14,7 @@ from typing import Any
 
 from dpsim.runtime.launch.backend import BACKENDS, choose_backend
 from dpsim.runtime.launch.errors import LaunchTimeoutError, RankFailedError
-from dpsim.runtime.launch.pickling import describe_unpicklable
+from dpsim.runtime.launch.pickling import describe_unpicklable, dumps
 from dpsim.runtime.launch.ports import is_loopback, loopback_ifname, start_store
 from dpsim.runtime.launch.rank import (
     RANK_NAME_PREFIX,
@@ -141,11 +141,9 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 def _ship(fn: Callable[..., Any], args: Any, kwargs: Mapping[str, Any] | None) -> bytes:
     """dill bytes of (fn, args, kwargs) for the ranks; ValueError naming what fails if not."""
-    import dill
-
     args, kwargs = tuple(args), dict(kwargs or {})
     try:
-        payload: bytes = dill.dumps((fn, args, kwargs), recurse=True)
+        payload = dumps((fn, args, kwargs))
     except Exception as exc:
         parts = describe_unpicklable(fn, args, kwargs) or "(no single part found; fn as a whole)"
         raise ValueError(

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from dpsim.runtime.launch.pickling import unpicklable_parts
+from dpsim.runtime.launch.pickling import dumps, unpicklable_parts
 from dpsim.runtime.launch.ports import torch_timeout
 from dpsim.runtime.process_exit import exit_without_teardown
 
@@ -231,10 +231,8 @@ def joined_key(rank: int) -> str:
 
 def _result_message(result: Any) -> tuple[Any, ...]:
     """("ok", dill bytes of `result`), or the "error" message when it cannot be pickled."""
-    import dill
-
     try:
-        return ("ok", dill.dumps(result, recurse=True))
+        return ("ok", dumps(result))
     except Exception as exc:
         parts = unpicklable_parts("result", result) or [f"result ({type(result).__name__})"]
         return (
