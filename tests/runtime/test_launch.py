@@ -803,9 +803,12 @@ def test_deadlock_names_the_peer_a_line_receives_from(tmp_path: Path) -> None:
                           '  File "/x/dpsim/runtime/launch/rank.py", line 9 in _run_fn'])
 
     recv = waiting_in(0, 3, dump(2, ("/v/torch/distributed/distributed_c10d.py", 5, "recv")))
-    assert recv is not None and (recv.call, recv.peer, recv.direction) == ("recv", 2, "from")
+    assert recv is not None
+    assert (recv.call, recv.peer, recv.direction) == ("recv", 2, "from")
     wait = waiting_in(1, 3, dump(3))
-    assert wait is not None and wait.call == "wait" and wait.peer is None
+    assert wait is not None
+    assert wait.call == "wait"
+    assert wait.peer is None
     assert waiting_in(2, 3, dump(4, ("/usr/lib/python3.11/time.py", 1, "sleep"))) is None
     assert waiting_in(2, 3, dump(4)) is None  # sleeping in the learner's code: not a wait
     states = describe({0: recv, 1: wait}, finished=[2])
