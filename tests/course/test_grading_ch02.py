@@ -477,3 +477,45 @@ def test_stubs_and_typos_fail_before_any_launch() -> None:
     result = run_check("2.4", typo)
     assert not result.ok
     assert "AttributeError" in (result.message or "")
+
+
+# --- 2.1, 2.2: the reference reached around its tripwire ---------------------------------
+def bytes_from_a_copy_of_the_module(nbytes: int, n: int, algorithm: str) -> list[int]:
+    import importlib.util
+
+    import dpsim.sim.collectives.cost as cost
+
+    spec = importlib.util.spec_from_file_location("copy_of_cost", cost.__file__)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.bytes_sent_per_rank("all_reduce", nbytes, n, algorithm))
+
+
+def steps_from_the_source(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    import sys
+    import types
+
+    import dpsim.sim.collectives.ring as ring
+
+    module = types.ModuleType("copy_of_ring")
+    sys.modules["copy_of_ring"] = module
+    try:
+        with open(ring.__file__, encoding="utf-8") as f:
+            exec(f.read(), module.__dict__)
+        steps = module.ring_all_reduce_steps([np.array(a) for a in arrays])
+    finally:
+        del sys.modules["copy_of_ring"]
+    return [[b.copy() for b in s.buffers] for s in steps[1:len(arrays)]]
+
+
+@pytest.mark.parametrize(("exercise_id", "fn"), [("2.1", bytes_from_a_copy_of_the_module),
+                                                 ("2.2", steps_from_the_source)])
+def test_a_fresh_copy_of_the_reference_is_still_forbidden(exercise_id: str,
+                                                          fn: Callable[..., Any]) -> None:
+    """A copy made with spec_from_file_location or exec of the source escaped the
+    tripwire and earned full marks; the check now sees the reference's code run."""
+    result = run_check(exercise_id, fn)
+    assert result.passed == 0
+    assert "write it yourself, not to call dpsim.sim.collectives" in (result.message or "")

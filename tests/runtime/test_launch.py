@@ -796,7 +796,7 @@ def test_deadlock_names_the_peer_a_line_receives_from(tmp_path: Path) -> None:
                     "    req.wait()\n"
                     "    time.sleep(5)\n")
 
-    def dump(line: int, *above: str) -> str:
+    def dump(line: int, *above: tuple[str, int, str]) -> str:
         frames = [f'  File "{path}", line {n} in {name}' for path, n, name in above]
         return "\n".join(["Current thread 0x00007f (most recent call first):", *frames,
                           f'  File "{code}", line {line} in fn',
