@@ -74,7 +74,7 @@ def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
     """Wrap the ProcessGroup's messages (logged: ("isend"/"irecv", peer, elements), and
     ("wait", index of the receive in the log, 0) when the learner waits on a receive) and
     its collectives (noticed)."""
-    from torch._C._distributed_c10d import ProcessGroup, Work
+    from torch.distributed import ProcessGroup, Work
 
     receives: dict[int, int] = {}  # id of a receive's Work -> its index in the log
 
