@@ -519,3 +519,24 @@ def test_a_fresh_copy_of_the_reference_is_still_forbidden(exercise_id: str,
     result = run_check(exercise_id, fn)
     assert result.passed == 0
     assert "write it yourself, not to call dpsim.sim.collectives" in (result.message or "")
+
+
+def every_rank_receives_first(tensor: torch.Tensor) -> torch.Tensor:
+    n, rank = dist.get_world_size(), dist.get_rank()
+    dist.recv(tensor, (rank - 1) % n)  # no rank ever sends
+    return tensor
+
+
+@pytest.mark.slow
+def test_a_deadlocked_ring_is_reported_within_seconds() -> None:
+    """It took the launch's whole 60 s (and 120 s in all) before; now a few seconds."""
+    import time
+
+    start = time.monotonic()
+    result = run_check("2.3", every_rank_receives_first)
+    elapsed = time.monotonic() - start
+    assert result.passed == 0
+    assert elapsed < 30, f"took {elapsed:.1f} s"
+    assert "the ranks wait for one another" in (result.message or "")
+    assert "rank 0 waits for a message (recv), at every_rank_receives_first" in (
+        result.message or "")

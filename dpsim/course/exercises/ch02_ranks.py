@@ -208,13 +208,20 @@ def launch_jobs(world_size: int, jobs: list[tuple[Callable[..., Any], str,
                                                   list[dict[str, Any]]]]
                 ) -> list[list[dict[str, Any]]]:
     """Launch `world_size` gloo ranks once and run every job there; answers[rank][job]."""
-    from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
+    from dpsim.runtime.launch import DeadlockError, LaunchTimeoutError, RankFailedError, launch
 
     try:
         return launch(p2p_rank, world_size, args=(jobs,), backend="gloo",
                       timeout_s=LAUNCH_TIMEOUT_S)
     except RankFailedError as exc:
         raise rank_error(exc) from None
+    except DeadlockError as exc:
+        states = "; ".join(f"rank {r} {exc.states.get(r, '')}" for r in exc.ranks)
+        raise RuntimeError(
+            f"the ranks wait for one another (stopped after {exc.after_s:.0f} s): {states}. "
+            "Every receive needs a matching send on the rank it names; with blocking "
+            "send/recv where every rank sends first, post receives with dist.irecv and "
+            "sends with dist.isend, then wait on both") from None
     except LaunchTimeoutError:
         raise RuntimeError(
             f"the ranks waited forever (stopped after {LAUNCH_TIMEOUT_S:g} s): a receive "

@@ -31,6 +31,7 @@ PERIOD_S = 0.5  # how often the CPU times are read, seconds
 QUIET_S = 3.0  # how long every unfinished rank must be idle before its stack is read, seconds
 IDLE_CPU_S = 0.05  # CPU time a rank may use within QUIET_S and still count as idle, seconds
 _WAIT_CALL = re.compile(r"\bwait\s*\(")
+_NEAR = 3  # innermost frames looked at: wrappers (a check's counting ones) may sit above
 _RECEIVES = {"recv": "src", "irecv": "src"}
 _SENDS = {"send": "dst", "isend": "dst"}
 
@@ -76,21 +77,24 @@ class Wait:
 
 def waiting_in(rank: int, world_size: int, dump: str) -> Wait | None:
     """What `rank` waits in, read from its faulthandler dump; None unless it waits in
-    torch.distributed (its innermost frame is there, or on a line that calls `.wait(`)."""
+    torch.distributed: one of its `_NEAR` innermost frames is there, or on a line that
+    calls `.wait(` (a request's wait, possibly under a thin wrapper)."""
     frames, _ = main_frames(dump)
-    if not frames:
-        return None
-    top = 0
-    while top < len(frames) and frames[top].in_distributed:
-        top += 1
-    user = frames[top] if top < len(frames) else frames[-1]
-    line = linecache.getline(user.path, user.line).strip()
-    if top:
-        call = _public_name(frames[:top])
-    elif _WAIT_CALL.search(line) and not frames[0].in_library:
-        call = "wait"
+    near = frames[:_NEAR]
+    first = next((i for i, frame in enumerate(near) if frame.in_distributed), None)
+    if first is not None:
+        top = first
+        while top < len(frames) and frames[top].in_distributed:
+            top += 1
+        call = _public_name(frames[first:top])
+        user = frames[top] if top < len(frames) else frames[-1]
     else:
-        return None
+        waiting = next((f for f in near if not f.in_library
+                        and _WAIT_CALL.search(linecache.getline(f.path, f.line))), None)
+        if waiting is None:
+            return None
+        user, call = waiting, "wait"
+    line = linecache.getline(user.path, user.line).strip()
     peer, direction = _peer(call, line, rank, world_size)
     return Wait(rank, call, user.where(), line, peer, direction)
 
