@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import all_reduce as imported_all_reduce_call
+from torch.distributed import broadcast as imported_broadcast_call
+from torch.distributed import distributed_c10d as c10d
 from torch.distributed import irecv as imported_irecv
 from torch.distributed import isend as imported_isend
 
@@ -298,6 +301,75 @@ def pipelined_one_segment(tensor: torch.Tensor, n_segments: int) -> torch.Tensor
     return pipelined(tensor, 1)
 
 
+def pipelined_whole_chunks(tensor: torch.Tensor, n_segments: int) -> torch.Tensor:
+    """Segments as messages, but each chunk's segments go on only once all arrived."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = [c.tensor_split(n_segments) for c in tensor.tensor_split(n)]
+    for step in range(2 * (n - 1)):
+        sending = chunks[(rank - 1 - step) % n]
+        arriving = chunks[(rank - 2 - step) % n]
+        landing = [torch.empty_like(s) for s in arriving] if step < n - 1 else list(arriving)
+        done(*[dist.isend(s, (rank + 1) % n) for s in sending],
+             *[dist.irecv(b, (rank - 1) % n) for b in landing])
+        if step < n - 1:
+            for segment, buf in zip(arriving, landing, strict=True):
+                segment += buf
+    return tensor
+
+
+def batched_ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """The ring with dist.batch_isend_irecv of dist.P2POp(dist.isend, ...)."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = tensor.tensor_split(n)
+    for t in range(2 * (n - 1)):
+        send, recv = chunks[(rank - 1 - t) % n], chunks[(rank - 2 - t) % n]
+        landing = torch.empty_like(recv) if t < n - 1 else recv
+        ops = [dist.P2POp(dist.isend, send, (rank + 1) % n),
+               dist.P2POp(dist.irecv, landing, (rank - 1) % n)]
+        done(*dist.batch_isend_irecv(ops))
+        if t < n - 1:
+            recv += landing
+    return tensor
+
+
+def returns_a_clone(tensor: torch.Tensor) -> torch.Tensor:
+    """Right sum, right messages, but in a clone: the caller's tensor is left as it was."""
+    out = tensor.clone()
+    ring_all_reduce(out)
+    return out
+
+
+def fake_ring(tensor: torch.Tensor) -> None:
+    """The ring's messages, sent for show, beside the library's collective."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    scratch = torch.empty_like(tensor)
+    for _ in range(2 * (n - 1)):
+        done(dist.isend(tensor, (rank + 1) % n), dist.irecv(scratch, (rank - 1) % n))
+
+
+def imported_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    fake_ring(tensor)
+    imported_all_reduce_call(tensor)
+    return tensor
+
+
+def imported_all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    n, rank = dist.get_world_size(), dist.get_rank()
+    scratch = torch.empty_like(tensor)
+    for _ in range(n - 1):
+        done(dist.isend(tensor, (rank + 1) % n), dist.irecv(scratch, (rank - 1) % n))
+    out = torch.empty(n * tensor.numel())
+    c10d.all_gather_into_tensor(out, tensor)
+    return out
+
+
+def imported_broadcast(tensor: torch.Tensor, root: int) -> torch.Tensor:
+    data = tensor.clone()
+    broadcast(data, root)  # the tree's messages, for show
+    imported_broadcast_call(tensor, root)
+    return tensor
+
+
 def broadcast(tensor: torch.Tensor, root: int, relative: bool = True) -> torch.Tensor:
     n, rank = dist.get_world_size(), dist.get_rank()
     base = root if relative else 0
@@ -337,26 +409,32 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_reduce", ring_all_reduce, None),
     ("all_reduce", no_all_gather, "all-gather phase is missing"),
     ("all_reduce", add_in_gather, "put the arriving (finished) chunk in place"),
-    ("all_reduce", sums_a_copy, "in place), or return"),
+    ("all_reduce", sums_a_copy, "in place (tensor.tensor_split(N) gives views"),
+    ("all_reduce", returns_a_clone, "in place (tensor.tensor_split(N) gives views"),
+    ("all_reduce", batched_ring_all_reduce, None),
+    ("all_reduce", imported_all_reduce, "the messages you sent beside it"),
     ("all_reduce", library_all_reduce, "you called dist.all_reduce"),
     ("all_reduce", library_ring, "not to call dpsim.labs.ch02_collectives.collective_workers"),
     ("all_gather", all_gather, None),
     ("all_gather", gather_arrival_order, "rank order"),
     ("all_gather", gather_one_step_more, "one message more"),
     ("all_gather", gather_mutates, "changed the input tensor"),
-    ("all_gather", gather_with_imported_calls, "no message went through"),
+    ("all_gather", gather_with_imported_calls, None),  # counted wherever isend comes from
+    ("all_gather", imported_all_gather, "you called dist.all_gather_into_tensor (imported"),
     ("all_gather", library_all_gather, "dist.all_gather_into_tensor"),
     ("reduce_scatter", reduce_scatter, None),
     ("reduce_scatter", scatter_shifted, "shifted by one"),
     ("reduce_scatter", scatter_in_place, "changed the input tensor"),
     ("pipelined", pipelined, None),
     ("pipelined", pipelined_one_segment, "n_segments segments"),
+    ("pipelined", pipelined_whole_chunks, "no pipelining"),
 ]
 ON_4_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("broadcast", broadcast, None),
     ("broadcast", linear_broadcast, "linear broadcast"),
     ("broadcast", broadcast_from_rank_0, "relative to the root"),
     ("broadcast", library_broadcast, "you called dist.broadcast"),  # and its results agree
+    ("broadcast", imported_broadcast, "the messages you sent beside it"),
 ]
 
 
@@ -399,3 +477,66 @@ def test_stubs_and_typos_fail_before_any_launch() -> None:
     result = run_check("2.4", typo)
     assert not result.ok
     assert "AttributeError" in (result.message or "")
+
+
+# --- 2.1, 2.2: the reference reached around its tripwire ---------------------------------
+def bytes_from_a_copy_of_the_module(nbytes: int, n: int, algorithm: str) -> list[int]:
+    import importlib.util
+
+    import dpsim.sim.collectives.cost as cost
+
+    spec = importlib.util.spec_from_file_location("copy_of_cost", cost.__file__)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.bytes_sent_per_rank("all_reduce", nbytes, n, algorithm))
+
+
+def steps_from_the_source(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    import sys
+    import types
+
+    import dpsim.sim.collectives.ring as ring
+
+    module = types.ModuleType("copy_of_ring")
+    sys.modules["copy_of_ring"] = module
+    try:
+        with open(ring.__file__, encoding="utf-8") as f:
+            exec(f.read(), module.__dict__)
+        steps = module.ring_all_reduce_steps([np.array(a) for a in arrays])
+    finally:
+        del sys.modules["copy_of_ring"]
+    return [[b.copy() for b in s.buffers] for s in steps[1:len(arrays)]]
+
+
+@pytest.mark.parametrize(("exercise_id", "fn"), [("2.1", bytes_from_a_copy_of_the_module),
+                                                 ("2.2", steps_from_the_source)])
+def test_a_fresh_copy_of_the_reference_is_still_forbidden(exercise_id: str,
+                                                          fn: Callable[..., Any]) -> None:
+    """A copy made with spec_from_file_location or exec of the source escaped the
+    tripwire and earned full marks; the check now sees the reference's code run."""
+    result = run_check(exercise_id, fn)
+    assert result.passed == 0
+    assert "write it yourself, not to call dpsim.sim.collectives" in (result.message or "")
+
+
+def every_rank_receives_first(tensor: torch.Tensor) -> torch.Tensor:
+    n, rank = dist.get_world_size(), dist.get_rank()
+    dist.recv(tensor, (rank - 1) % n)  # no rank ever sends
+    return tensor
+
+
+@pytest.mark.slow
+def test_a_deadlocked_ring_is_reported_within_seconds() -> None:
+    """It took the launch's whole 60 s (and 120 s in all) before; now a few seconds."""
+    import time
+
+    start = time.monotonic()
+    result = run_check("2.3", every_rank_receives_first)
+    elapsed = time.monotonic() - start
+    assert result.passed == 0
+    assert elapsed < 30, f"took {elapsed:.1f} s"
+    assert "the ranks wait for one another" in (result.message or "")
+    assert "rank 0 waits for a message (recv), at every_rank_receives_first" in (
+        result.message or "")

@@ -35,6 +35,13 @@ REQUIRES: dict[str, tuple[str, str]] = {
                "'record_event'); 2.7.1 and 2.8.0: runs, but parameters differ from one "
                "process by up to 2.2e-4 (tests/labs/test_fsdp_real.py); 2.9.1 and 2.10.0: pass"),
     "torch.distributed.device_mesh.init_device_mesh": ("2.6", SEEN),
+    # chapter 2's harness wraps their methods (send, recv, allreduce ..., Work.wait)
+    "torch.distributed.ProcessGroup": (
+        "2.9", "re-exported by torch/distributed/__init__.py from torch._C._distributed_c10d; "
+               "run on 2.13.0 only, not yet on the floor (make test-floor)"),
+    "torch.distributed.Work": (
+        "2.9", "re-exported by torch/distributed/__init__.py from torch._C._distributed_c10d; "
+               "run on 2.13.0 only, not yet on the floor (make test-floor)"),
     "torch.utils.flop_counter.FlopCounterMode": ("2.6", SEEN),
     "torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook": ("2.6", SEEN),
     "torch.nn.parallel.DistributedDataParallel": ("2.6", SEEN),

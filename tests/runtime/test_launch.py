@@ -151,6 +151,31 @@ def _return_rank(rank: int, world_size: int, _unused: Any) -> int:
     return rank
 
 
+def _recv_never_sent(rank: int, world_size: int) -> int:
+    if rank == 1:
+        dist.recv(torch.zeros(2), 0)  # rank 0 returns without sending
+    return rank
+
+
+def _slow_rank_0(rank: int, world_size: int, seconds: float) -> float:
+    if rank == 0:  # computes while rank 1 waits in the all_reduce: slow, not stuck
+        x = torch.randn(200, 200)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            x = (x @ x).tanh()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def _size_mismatch(rank: int, world_size: int) -> int:
+    if rank == 0:
+        dist.send(torch.ones(3), 1)
+    else:
+        dist.recv(torch.zeros(2), 0)  # gloo aborts the process: 12 bytes vs 8
+    return rank
+
+
 # --------------------------------------------------------------------------- success
 
 
@@ -297,6 +322,42 @@ def test_hanging_ranks_time_out_with_their_stacks(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_deadlock_is_reported_within_seconds() -> None:
+    from dpsim.runtime.launch import DeadlockError
+
+    start = time.monotonic()
+    with pytest.raises(DeadlockError) as info:
+        launch(_recv_never_sent, 2, backend="gloo", timeout_s=60)
+    elapsed = time.monotonic() - start
+    err = info.value
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    assert isinstance(err, LaunchTimeoutError)
+    assert err.ranks == [1]
+    assert err.finished == [0]
+    assert err.states[1].startswith("waits for a message rank 0 never sent (rank 0 finished fn)")
+    assert "at _recv_never_sent (test_launch.py, line " in err.states[1]
+    assert "`dist.recv(torch.zeros(2), 0)" in str(err)
+    _assert_no_ranks_left(err.pids)
+
+
+@pytest.mark.slow
+def test_a_rank_that_computes_while_others_wait_is_not_a_deadlock() -> None:
+    assert launch(_slow_rank_0, 2, args=(6.0,), backend="gloo", timeout_s=60) == [2.0, 2.0]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_gloo_shows_gloos_message() -> None:
+    with pytest.raises(RankFailedError) as info:
+        launch(_size_mismatch, 2, backend="gloo", timeout_s=60)
+    err = info.value
+    assert err.rank == 1
+    assert err.exitcode == -signal.SIGABRT
+    assert "Received data size doesn't match expected size" in err.summary
+    assert "terminate called after throwing" in str(err)
+    _assert_no_ranks_left(err.pids)
+
+
+@pytest.mark.slow
 def test_timeout_says_which_rank_never_joined() -> None:
     with pytest.raises(LaunchTimeoutError) as info:
         launch(_return_rank, 2, args=(_SlowToLoadOnRank1(),), timeout_s=12)
@@ -435,6 +496,54 @@ def test_unpicklable_parts_of_fn_are_named_with_their_type() -> None:
     named = message.split("What cannot be pickled: ", 1)[1].split(". ", 1)[0]
     assert "LOCK" not in named
     assert "_thread" not in named
+
+
+FSDP_CELL = """
+import torch
+from torch.distributed.fsdp import fully_shard   # at the top of the cell, as learners write it
+
+def ping(n):                   # two functions of the cell that call each other
+    return 0 if n == 0 else pong(n - 1)
+
+def pong(n):
+    return ping(n)
+
+def cell_fn(rank, world_size):
+    model = torch.nn.Linear(4, 4)
+    fully_shard(model)
+    return type(model).__name__, ping(3)
+"""
+
+
+def _fsdp_cell() -> dict[str, Any]:
+    """A notebook cell's namespace: its functions live in `__main__`, dill ships them by value."""
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(FSDP_CELL, "<dpsim-test-cell-fsdp>", "exec"), namespace)
+    return namespace
+
+
+def test_a_cell_that_imports_fully_shard_at_its_top_ships() -> None:
+    """dill's own search for the globals recursed without end inside fully_shard (torch
+    2.13, dill 0.4.1: RecursionError); library functions now travel by reference."""
+    import dill
+    from torch.distributed.fsdp import fully_shard
+
+    from dpsim.runtime.launch.pickling import by_reference, dumps, globals_used
+
+    cell_fn = _fsdp_cell()["cell_fn"]
+    assert by_reference(fully_shard)
+    assert not by_reference(cell_fn)
+    assert set(globals_used(cell_fn)) == {"torch", "fully_shard", "ping", "pong"}
+    loaded = dill.loads(dumps(cell_fn))
+    assert loaded.__globals__["fully_shard"] is fully_shard
+    assert loaded.__globals__["ping"](4) == 0
+    assert launch_job._ship(cell_fn, (), {})
+
+
+@pytest.mark.slow
+def test_a_cell_that_imports_fully_shard_runs_on_ranks() -> None:
+    assert launch(_fsdp_cell()["cell_fn"], 2, backend="gloo", timeout_s=60) == [
+        ("FSDPLinear", 0), ("FSDPLinear", 0)]
 
 
 class _Holder:
@@ -674,3 +783,34 @@ def test_ranks_exit_when_the_launching_process_dies(tmp_path: Path) -> None:
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(pid) for pid in pids), f"orphaned ranks: {pids}"
+
+
+def test_deadlock_names_the_peer_a_line_receives_from(tmp_path: Path) -> None:
+    """The peer is read from the learner's line: a number, or an expression of rank and
+    world_size; a line that waits on a request without naming a peer is still a wait."""
+    from dpsim.runtime.launch.deadlock import describe, waiting_in
+
+    code = tmp_path / "cell.py"
+    code.write_text("def fn(rank, world_size):\n"
+                    "    dist.recv(t, src=(rank - 1) % world_size)\n"
+                    "    req.wait()\n"
+                    "    time.sleep(5)\n")
+
+    def dump(line: int, *above: tuple[str, int, str]) -> str:
+        frames = [f'  File "{path}", line {n} in {name}' for path, n, name in above]
+        return "\n".join(["Current thread 0x00007f (most recent call first):", *frames,
+                          f'  File "{code}", line {line} in fn',
+                          '  File "/x/dpsim/runtime/launch/rank.py", line 9 in _run_fn'])
+
+    recv = waiting_in(0, 3, dump(2, ("/v/torch/distributed/distributed_c10d.py", 5, "recv")))
+    assert recv is not None
+    assert (recv.call, recv.peer, recv.direction) == ("recv", 2, "from")
+    wait = waiting_in(1, 3, dump(3))
+    assert wait is not None
+    assert wait.call == "wait"
+    assert wait.peer is None
+    assert waiting_in(2, 3, dump(4, ("/usr/lib/python3.11/time.py", 1, "sleep"))) is None
+    assert waiting_in(2, 3, dump(4)) is None  # sleeping in the learner's code: not a wait
+    states = describe({0: recv, 1: wait}, finished=[2])
+    assert states[0].startswith("waits for a message rank 2 never sent (rank 2 finished fn)")
+    assert states[1].startswith("waits for a request")

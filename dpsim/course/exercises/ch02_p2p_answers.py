@@ -18,9 +18,8 @@ import torch
 from dpsim.course.exercises.ch02_ranks import FIELDS, FORBIDDEN, rank_data
 from dpsim.sim.collectives.ring import chunk_bounds
 
-NO_MESSAGES = ("no message went through dist.isend / dist.irecv: call them as dist.isend(...) "
-               "and dist.irecv(...) (the check counts the messages there), not a collective "
-               "and not an imported copy")
+NO_MESSAGES = ("no message went through dist.isend / dist.irecv (or dist.send / dist.recv, "
+               "dist.batch_isend_irecv): the exercise is to move the data with them yourself")
 
 
 def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -88,7 +87,8 @@ def _item_answer(kind: str, n: int, item: dict[str, Any]) -> dict[str, Any]:
     largest = max(s.numel() for s in total.tensor_split(n)[0].tensor_split(
         item.get("n_segments", 1)))
     return {"result": result, "unchanged": [True] * n, "sent_to": sent,
-            "received_from": received, "largest_send": [largest] * n}
+            "received_from": received, "largest_send": [largest] * n,
+            "forwards_early": [True] * n}
 
 
 def expected_answer(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,6 +116,9 @@ def _common(kind: str, n: int, expected: dict[str, Any], items: list[dict[str, A
         f"you called dist.{collective}; the exercise is to build it from dist.isend and "
         "dist.irecv": _with(expected, sent_to=silent, received_from=silent,
                             collectives=[collective]),
+        f"you called dist.{collective} (imported or not, it is noticed): the messages you "
+        "sent beside it do not make it yours; build it from dist.isend and dist.irecv only":
+            _with(expected, collectives=[collective]),
     }
     for name in FORBIDDEN.get(kind, ()):
         own = [[rank_data(it["seed"], r, it["length"]).tolist() for r in range(n)]
@@ -164,8 +167,9 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
             "straight into the chunk); adding it to your partial sum counts some ranks "
             "twice"] = _with(expected, result=[ring_final(d, add_in_gather=True)
                                                for d in datas])
-        out["sum into the tensor you were given (in place), or return the result"] = _with(
-            expected, result=[[x.tolist() for x in d] for d in datas])
+        out["sum into the tensor you were given, in place (tensor.tensor_split(N) gives views "
+            "of it): the caller's tensor came back unchanged, and what your function returns "
+            "is not looked at"] = _with(expected, result=[[x.tolist() for x in d] for d in datas])
     if kind == "pipelined":
         out["each chunk went in one message: cut every chunk into n_segments segments "
             "(chunk.tensor_split(n_segments)) and send them one by one"] = _with(
@@ -175,6 +179,10 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
                            zip(expected["received_from"], items, strict=True)],
             largest_send=[[max(s.numel() for s in torch.stack(d).sum(0).tensor_split(n)[:1])]
                           * n for d in datas])
+        out["a segment must go on as soon as it arrived, before the rest of its chunk: wait "
+            "for one segment, add it, send it, then the next; yours waits for the whole chunk "
+            "first (no pipelining)"] = _with(expected,
+                                              forwards_early=[[False] * n for _ in items])
     if kind == "broadcast":
         linear_sent = [[[(it["root"] + k) % n for k in range(1, n)] if r == it["root"] else []
                         for r in range(n)] for it in items]

@@ -2,9 +2,11 @@
 with every message counted.
 
 `run_on_ranks(fn, kind, world_size, items)` launches `world_size` gloo ranks
-(`dpsim.runtime.launch`); on each, `dist.isend/irecv/send/recv` are wrapped so that every
-message is logged (peer, elements) and the collectives (`dist.all_gather`, ...) are wrapped
-so that calling one is noticed. The learner's function then runs once per item on the
+(`dpsim.runtime.launch`); on each, the ProcessGroup's methods, where every message and
+collective ends up however the learner calls it (`dist.isend`, an imported `isend`,
+`dist.batch_isend_irecv` of `dist.P2POp`s), are wrapped: every message is logged (peer,
+elements), every wait on a receive too, and calling a collective (`dist.all_reduce`, an
+imported `all_reduce`, ...) is noticed. The learner's function then runs once per item on the
 rank's own data (`rank_data`: small whole numbers in float32, so every sum is exact in
 any order) and the rank returns plain data: the result as a list, whether the input was
 left unchanged, and the messages it sent and received. Nothing is compared here: the
@@ -13,8 +15,9 @@ Every rank runs in the launcher's own process group; the other chapters' harness
 give each case a group of its own, use `dpsim.course.grading.ranks.run_specs`.
 
 Kinds: "all_gather" fn(tensor) -> tensor; "reduce_scatter" fn(tensor) -> tensor;
-"all_reduce" fn(tensor) (in place, or returns the result); "pipelined" fn(tensor,
-n_segments) (the same); "broadcast" fn(tensor, root) (in place on every rank).
+"all_reduce" fn(tensor) (in place: what it returns is not looked at); "pipelined"
+fn(tensor, n_segments) (in place, or returns the result; a segment must go on before its
+whole chunk arrived: `forwards_early`); "broadcast" fn(tensor, root) (in place on every rank).
 """
 
 from __future__ import annotations
@@ -27,20 +30,37 @@ import torch
 from dpsim.course.grading.ranks import rank_error
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "pipelined", "broadcast")
-P2P = {"isend": "dst", "irecv": "src", "send": "dst", "recv": "src"}
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-               "reduce_scatter_tensor", "broadcast", "reduce", "scatter", "gather",
-               "all_to_all", "all_to_all_single", "batch_isend_irecv")
+# ProcessGroup methods, where every message and collective of torch.distributed ends up
+# (dist.isend, an imported isend, batch_isend_irecv with P2POp, dist.all_reduce, an
+# imported all_reduce ...): messages are logged, collectives noticed by the name the
+# learner calls (barriers move no data and are allowed)
+MESSAGES = {"send": "isend", "recv": "irecv", "recv_anysource": "irecv"}
+COLLECTIVES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
+               "allgather": "all_gather", "allgather_coalesced": "all_gather",
+               "_allgather_base": "all_gather_into_tensor",
+               "all_gather_single": "all_gather_into_tensor",
+               "all_gather_single_coalesced": "all_gather_into_tensor",
+               "allgather_into_tensor_coalesced": "all_gather_into_tensor",
+               "reduce_scatter": "reduce_scatter",
+               "_reduce_scatter_base": "reduce_scatter_tensor",
+               "reduce_scatter_single": "reduce_scatter_tensor",
+               "reduce_scatter_single_coalesced": "reduce_scatter_tensor",
+               "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+               "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter",
+               "gather": "gather", "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
+               "all_to_all_single": "all_to_all_single"}
 LAUNCH_TIMEOUT_S = 60.0
 # dpsim functions that answer an exercise (its `forbidden`): on the ranks, out of the
 # sandbox's reach, a call is recorded among the collectives and does nothing
 FORBIDDEN = {"all_reduce": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",),
              "pipelined": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",)}
-# what a case compares, per kind: results, untouched inputs, peers of every message
+# what a case compares, per kind: results, untouched inputs, peers of every message, and
+# for the pipelined ring whether a segment went on before its whole chunk arrived
 FIELDS = {"all_gather": ("result", "unchanged", "sent_to", "received_from"),
           "reduce_scatter": ("result", "unchanged", "sent_to", "received_from"),
           "all_reduce": ("result", "sent_to", "received_from"),
-          "pipelined": ("result", "sent_to", "received_from", "largest_send"),
+          "pipelined": ("result", "sent_to", "received_from", "largest_send",
+                        "forwards_early"),
           "broadcast": ("result", "sent_to", "received_from")}
 
 
@@ -51,16 +71,24 @@ def rank_data(seed: int, rank: int, length: int) -> torch.Tensor:
 
 
 def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
-    """Wrap torch.distributed's point-to-point calls (logged) and collectives (noticed)."""
-    import torch.distributed as dist
+    """Wrap the ProcessGroup's messages (logged: ("isend"/"irecv", peer, elements), and
+    ("wait", index of the receive in the log, 0) when the learner waits on a receive) and
+    its collectives (noticed)."""
+    from torch.distributed import ProcessGroup, Work
 
-    def p2p(name: str, peer_key: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            tensor = args[0] if args else kwargs.get("tensor")
-            peer = args[1] if len(args) > 1 else kwargs.get(peer_key)
-            numel = tensor.numel() if isinstance(tensor, torch.Tensor) else -1
-            log.append((name, -1 if peer is None else int(peer), numel))
-            return original(*args, **kwargs)
+    receives: dict[int, int] = {}  # id of a receive's Work -> its index in the log
+
+    def message(method: str, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            items = tensors if isinstance(tensors, list | tuple) else [tensors]
+            numel = sum(t.numel() for t in items if isinstance(t, torch.Tensor))
+            peer = -1 if method == "recv_anysource" or not args else int(args[0])
+            log.append((name, peer, numel))
+            index = len(log) - 1
+            work = original(self, tensors, *args, **kwargs)
+            if name == "irecv":
+                receives[id(work)] = index
+            return work
         return wrapper
 
     def collective(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,11 +97,38 @@ def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
             return original(*args, **kwargs)
         return wrapper
 
-    for name, peer_key in P2P.items():
-        setattr(dist, name, p2p(name, peer_key, getattr(dist, name)))
-    for name in COLLECTIVES:
-        if hasattr(dist, name):
-            setattr(dist, name, collective(name, getattr(dist, name)))
+    original_wait = Work.wait
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(self) in receives:
+            log.append(("wait", receives.pop(id(self)), 0))
+        return original_wait(self, *args, **kwargs)
+
+    for method, name in MESSAGES.items():
+        setattr(ProcessGroup, method, message(method, name, getattr(ProcessGroup, method)))
+    for method, name in COLLECTIVES.items():
+        if hasattr(ProcessGroup, method):
+            setattr(ProcessGroup, method, collective(name, getattr(ProcessGroup, method)))
+    setattr(Work, "wait", wait)  # noqa: B010 (a method of a C++ class, replaced)
+
+
+def forwards_early(log: list[tuple[str, int, int]], n_segments: int, world_size: int
+                   ) -> bool:
+    """True when a send went out between the first and the last wait on the receives of
+    one chunk (the receives in groups of `n_segments`, in the order they were posted): a
+    segment forwarded before its whole chunk arrived. Also True (not judged) unless there
+    were 2(N-1)·n_segments receives: the message count already tells that answer wrong."""
+    posted = [i for i, (name, _, _) in enumerate(log) if name == "irecv"]
+    if len(posted) != 2 * (world_size - 1) * n_segments:
+        return True
+    group_of = {index: k // n_segments for k, index in enumerate(posted)}
+    waits: dict[int, list[int]] = {}
+    for position, (name, index, _) in enumerate(log):
+        if name == "wait" and index in group_of:
+            waits.setdefault(group_of[index], []).append(position)
+    sends = [i for i, (name, _, _) in enumerate(log) if name == "isend"]
+    return any(first < s < last for got in waits.values() if len(got) > 1
+               for first, last in [(min(got), max(got))] for s in sends)
 
 
 def _forbid(fn: Callable[..., Any], names: tuple[str, ...], used: list[str]) -> None:
@@ -106,7 +161,9 @@ def _call(fn: Callable[..., Any], kind: str, data: torch.Tensor, item: dict[str,
     if kind == "broadcast":
         out = fn(data, item["root"])
         return out, data
-    out = fn(data, item["n_segments"]) if kind == "pipelined" else fn(data)
+    if kind == "all_reduce":  # in place: the answer is the tensor it was given
+        return fn(data), data
+    out = fn(data, item["n_segments"])
     return out, out if isinstance(out, torch.Tensor) else data
 
 
@@ -137,10 +194,11 @@ def p2p_rank(rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], st
                 "all_gather", "reduce_scatter") else True
             per_item.append({
                 "result": _as_list(result), "unchanged": unchanged,
-                "sent_to": [peer for name, peer, _ in log if name in ("isend", "send")],
-                "received_from": [peer for name, peer, _ in log if name in ("irecv", "recv")],
-                "largest_send": max([n for name, _, n in log if name in ("isend", "send")],
-                                    default=0),
+                "sent_to": [peer for name, peer, _ in log if name == "isend"],
+                "received_from": [peer for name, peer, _ in log if name == "irecv"],
+                "largest_send": max([n for name, _, n in log if name == "isend"], default=0),
+                "forwards_early": kind == "pipelined" and forwards_early(
+                    log, item["n_segments"], world_size),
             })
         answers.append({"items": per_item, "collectives": sorted(set(used))})
     return answers
@@ -150,13 +208,20 @@ def launch_jobs(world_size: int, jobs: list[tuple[Callable[..., Any], str,
                                                   list[dict[str, Any]]]]
                 ) -> list[list[dict[str, Any]]]:
     """Launch `world_size` gloo ranks once and run every job there; answers[rank][job]."""
-    from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
+    from dpsim.runtime.launch import DeadlockError, LaunchTimeoutError, RankFailedError, launch
 
     try:
         return launch(p2p_rank, world_size, args=(jobs,), backend="gloo",
                       timeout_s=LAUNCH_TIMEOUT_S)
     except RankFailedError as exc:
         raise rank_error(exc) from None
+    except DeadlockError as exc:
+        states = "; ".join(f"rank {r} {exc.states.get(r, '')}" for r in exc.ranks)
+        raise RuntimeError(
+            f"the ranks wait for one another (stopped after {exc.after_s:.0f} s): {states}. "
+            "Every receive needs a matching send on the rank it names; with blocking "
+            "send/recv where every rank sends first, post receives with dist.irecv and "
+            "sends with dist.isend, then wait on both") from None
     except LaunchTimeoutError:
         raise RuntimeError(
             f"the ranks waited forever (stopped after {LAUNCH_TIMEOUT_S:g} s): a receive "

@@ -143,10 +143,10 @@ def run_check(exercise_id: str, fn: Callable[..., Any], seed: int | None = None,
     if sandbox is None:
         cases = ex.cases(seed)
         return judge(ex, cases, _in_process(fn, ex, cases), timeout_s)
-    import dill
+    from dpsim.runtime.launch.pickling import dumps
 
     try:
-        blob = dill.dumps(fn, recurse=True)
+        blob = dumps(fn)
     except Exception as exc:
         return CheckResult(ex.exercise_id, 0, len(ex.cases(seed)),
                            f"{head}: your function cannot be sent to the checking process "

@@ -7,7 +7,9 @@ drops the launcher's process group and, for each spec in turn, lets ranks
 joins it with `join`, or hands it to the learner), `path` a scratch file name. The results,
 `[spec][rank]`, are plain data; they are cached per (worker, fn, specs), so the cases of
 one exercise share one launch. A rank that fails surfaces as `rank_error` says (a stub's
-NotImplementedError as one, so the check says "not done yet").
+NotImplementedError as one, so the check says "not done yet"); ranks that wait for one
+another are stopped within seconds (`dpsim.runtime.launch.DeadlockError`, which says
+which rank waits for what), the launch's timeout being only for ranks still busy.
 """
 
 from __future__ import annotations
@@ -86,13 +88,13 @@ def run_specs(worker: Worker, fn: Callable[..., Any], specs: list[dict[str, Any]
         if error is not None:
             raise error
         return list(result)
-    from dpsim.runtime.launch import RankFailedError, launch
+    from dpsim.runtime.launch import LaunchTimeoutError, RankFailedError, launch
 
     tmp = tempfile.mkdtemp(prefix="dpsim-check-")
     try:
         per_rank = launch(_rank_main, max(s["world_size"] for s in specs),
                           args=(worker, fn, specs, tmp), backend="gloo", timeout_s=TIMEOUT_S)
-    except RankFailedError as exc:
+    except (RankFailedError, LaunchTimeoutError) as exc:  # a deadlock too: every case shares it
         error = rank_error(exc)
         _remember(key, fn, None, error)
         raise error from None

@@ -17,7 +17,10 @@ How it stays reliable in a notebook:
   fails with a transient connection error is retried with fresh processes;
 * a rank that raises, dies or hangs is reported as `RankFailedError` or
   `LaunchTimeoutError` (saying of each hung rank whether it was still starting, blocked in
-  a collective or running Python code, with its Python stack), and every rank process is
+  a collective or running Python code, with its Python stack; `DeadlockError`, a
+  `LaunchTimeoutError`, within seconds when every unfinished rank waits in
+  torch.distributed and none uses CPU; a rank killed in native code is reported with the
+  last lines it wrote on stderr, gloo's or NCCL's own message), and every rank process is
   stopped (SIGTERM, then SIGKILL) and reaped before `launch` returns or raises,
   KeyboardInterrupt included;
 * rank processes kill themselves when the launching process dies (PR_SET_PDEATHSIG on
@@ -29,21 +32,29 @@ the rank's environment variables are set.
 
 The package, one job a module: `job` (`launch` and its join retries), `start` (fork
 server or spawn), `rank` (what runs inside a rank process), `supervise` (watching and
-stopping ranks), `states` (what a hung rank was doing), `pickling` (naming what dill
-cannot ship), `ports` (the rendezvous store and free ports), `backend` (choosing gloo or
-nccl), `errors`.
+stopping ranks), `states` (what a hung rank was doing), `deadlock` (noticing ranks that
+all wait for one another, within seconds), `stderr_tail` (each rank's stderr passed on,
+its last lines kept for the error), `pickling` (shipping with dill, naming what it cannot
+ship), `ports` (the rendezvous store and free ports), `backend` (choosing gloo or nccl),
+`errors`.
 """
 
 from __future__ import annotations
 
 from dpsim.runtime.launch.backend import BACKENDS, choose_backend
-from dpsim.runtime.launch.errors import LaunchError, LaunchTimeoutError, RankFailedError
+from dpsim.runtime.launch.errors import (
+    DeadlockError,
+    LaunchError,
+    LaunchTimeoutError,
+    RankFailedError,
+)
 from dpsim.runtime.launch.job import MAX_WORLD_SIZE, last_pids, launch
 from dpsim.runtime.launch.ports import free_port
 
 __all__ = [
     "BACKENDS",
     "MAX_WORLD_SIZE",
+    "DeadlockError",
     "LaunchError",
     "LaunchTimeoutError",
     "RankFailedError",
@@ -54,6 +65,6 @@ __all__ = [
 ]
 
 # Tracebacks and reprs name the errors where users import them from.
-for _error in (LaunchError, LaunchTimeoutError, RankFailedError):
+for _error in (DeadlockError, LaunchError, LaunchTimeoutError, RankFailedError):
     _error.__module__ = __name__
 del _error

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["LaunchError", "LaunchTimeoutError", "RankFailedError"]
+__all__ = ["DeadlockError", "LaunchError", "LaunchTimeoutError", "RankFailedError"]
 
 
 class LaunchError(Exception):
@@ -92,6 +92,48 @@ class LaunchTimeoutError(LaunchError, TimeoutError):
         self.states = states
         self.stacks = stacks
         self.pids = list(pids)
+
+
+class DeadlockError(LaunchTimeoutError):
+    """Every unfinished rank waited in torch.distributed, and none used CPU, for a few
+    seconds: none can send what another waits for. They were stopped before `timeout_s`.
+
+    Attributes as `LaunchTimeoutError`'s, `states` saying what each rank waits for
+    ("waits for a message rank 0 never sent ..."), and `after_s`: seconds from the launch
+    to the report.
+    """
+
+    def __init__(
+        self,
+        ranks: Sequence[int],
+        timeout_s: float,
+        after_s: float,
+        *,
+        finished: Sequence[int] = (),
+        stacks: Mapping[int, str] | None = None,
+        states: Mapping[int, str] | None = None,
+        pids: Sequence[int] = (),
+    ) -> None:
+        super().__init__(ranks, timeout_s, finished=finished, stacks=stacks, states=states,
+                         pids=pids)
+        noun = "rank" if len(ranks) == 1 else "ranks"
+        verb = "waits for a message or collective no rank will send" if len(ranks) == 1 \
+            else "wait for one another"
+        message = (f"deadlock: {noun} {', '.join(map(str, ranks))} {verb} "
+                   f"(finished: {list(finished) if finished else 'none'}); every unfinished "
+                   f"rank waited in torch.distributed and none used CPU for a few seconds, "
+                   f"so they were stopped after {after_s:.1f} s (timeout_s={timeout_s:g}).")
+        for rank in ranks:
+            message += f"\n  rank {rank} {self.states.get(rank, 'state unknown')}"
+        message += ("\nEvery receive needs a matching send on the rank it names, and every "
+                    "collective a call on every rank, in the same order.")
+        for rank in sorted(self.stacks):
+            message += f"\n\nWhere rank {rank} was:\n{self.stacks[rank].rstrip()}"
+        self.args = (message,)
+        self.after_s = after_s
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def _timeout_hint(states: Iterable[str]) -> str:

@@ -9,12 +9,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dpsim.runtime.launch.backend import BACKENDS, choose_backend
-from dpsim.runtime.launch.errors import LaunchTimeoutError, RankFailedError
-from dpsim.runtime.launch.pickling import describe_unpicklable
+from dpsim.runtime.launch.deadlock import Watch, describe
+from dpsim.runtime.launch.errors import DeadlockError, LaunchTimeoutError, RankFailedError
+from dpsim.runtime.launch.pickling import describe_unpicklable, dumps
 from dpsim.runtime.launch.ports import is_loopback, loopback_ifname, start_store
 from dpsim.runtime.launch.rank import (
     RANK_NAME_PREFIX,
@@ -23,8 +24,14 @@ from dpsim.runtime.launch.rank import (
     rank_main,
     skip_main_reimport,
 )
-from dpsim.runtime.launch.start import launcher_stdio, start_context, start_method
+from dpsim.runtime.launch.start import (
+    InheritedFd,
+    launcher_stdio,
+    start_context,
+    start_method,
+)
 from dpsim.runtime.launch.states import joined_ranks, rank_state
+from dpsim.runtime.launch.stderr_tail import StderrTail, last_words
 from dpsim.runtime.launch.supervise import collect, read_stacks, stop, trim_stack
 from dpsim.sim.validation import require_choice, require_int, require_range
 
@@ -141,11 +148,9 @@ def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 def _ship(fn: Callable[..., Any], args: Any, kwargs: Mapping[str, Any] | None) -> bytes:
     """dill bytes of (fn, args, kwargs) for the ranks; ValueError naming what fails if not."""
-    import dill
-
     args, kwargs = tuple(args), dict(kwargs or {})
     try:
-        payload: bytes = dill.dumps((fn, args, kwargs), recurse=True)
+        payload = dumps((fn, args, kwargs))
     except Exception as exc:
         parts = describe_unpicklable(fn, args, kwargs) or "(no single part found; fn as a whole)"
         raise ValueError(
@@ -234,13 +239,18 @@ class _Job:
         procs: list[Any] = []
         conns: list[Any] = []
         dump_conns: list[Any] = []
+        tails: list[StderrTail] = []
+        started = time.monotonic()
         try:
             for rank in range(self.world_size):
                 spec = self._spec(rank, store_host, store_port, store_prefix)
-                self._start_rank(spec, procs, conns, dump_conns)
-            return self._results(procs, conns, dump_conns, deadline, (store, store_prefix))
+                self._start_rank(spec, procs, conns, dump_conns, tails)
+            return self._results(procs, conns, dump_conns, deadline, (store, store_prefix),
+                                 tails, started)
         finally:
             stop(procs)
+            for tail in tails:
+                tail.close()
             for conn in conns + dump_conns:
                 with contextlib.suppress(OSError):
                     conn.close()
@@ -268,12 +278,16 @@ class _Job:
         )
 
     def _start_rank(self, spec: RankSpec, procs: list[Any], conns: list[Any],
-                    dump_conns: list[Any]) -> None:
-        """Start one rank process; append it and its read ends of the pipes to the lists."""
+                    dump_conns: list[Any], tails: list[StderrTail]) -> None:
+        """Start one rank process; append it and its read ends of the pipes to the lists
+        (its stderr's: a `StderrTail`)."""
         result_r, result_w = self.ctx.Pipe(duplex=False)
         dump_r, dump_w = self.ctx.Pipe(duplex=False)
+        err_r, err_w = os.pipe()
         conns.append(result_r)
         dump_conns.append(dump_r)
+        tails.append(StderrTail(err_r))
+        spec = replace(spec, stderr_fd=InheritedFd(err_w))
         proc = self.ctx.Process(target=rank_main, args=(spec, result_w, dump_w),
                                 name=f"{RANK_NAME_PREFIX}{spec.rank}", daemon=False)
         procs.append(proc)
@@ -282,19 +296,36 @@ class _Job:
         finally:
             result_w.close()
             dump_w.close()
+            os.close(err_w)
         with _pids_lock:
             _last_pids[:] = [p.pid for p in procs if p.pid is not None]
 
     def _results(self, procs: list[Any], conns: list[Any], dump_conns: list[Any],
-                 deadline: float, store: tuple[Any, str]) -> list[Any]:
+                 deadline: float, store: tuple[Any, str], tails: list[StderrTail],
+                 started: float) -> list[Any]:
         """Collect the started ranks; return their results or raise the launch's error.
 
         `store`: the rendezvous store and this launch's key prefix in it.
         """
         pids = [p.pid for p in procs]
-        results, failures = collect(procs, conns, deadline)
+        watch = Watch(pids, self.world_size,
+                      read_stacks=lambda ranks: read_stacks(procs, dump_conns, ranks),
+                      all_joined=lambda: joined_ranks(*store, self.world_size) == set(
+                          range(self.world_size)))
+        results, failures, waits = collect(procs, conns, deadline, watch.check)
+        if waits is not None:
+            stop(procs)
+            stacks = {r: text for r, dump in watch.dumps.items() if (text := trim_stack(dump))}
+            raise DeadlockError(sorted(waits), self.timeout_s, time.monotonic() - started,
+                                finished=sorted(results), stacks=stacks,
+                                states=describe(waits, sorted(results)), pids=pids)
         if failures:
             failures.sort(key=lambda f: not f.died)  # a dead process is the likely cause
+            for failure in failures:
+                words = last_words(tails[failure.rank].text(wait_s=0.5)) if failure.died else ""
+                if words:
+                    failure.summary += ("; the last it wrote on stderr:\n"
+                                        + "\n".join(f"    {line}" for line in words.splitlines()))
             first, others = failures[0], failures[1:]
             stop(procs)
             raise RankFailedError(

@@ -1,4 +1,12 @@
-"""What in fn, its arguments or a rank's result dill cannot pickle, named one by one.
+"""Shipping fn, its arguments and a rank's result with dill, and naming what cannot ship.
+
+`dumps(obj)` is `dill.dumps(obj, recurse=True)` with one change: to find the globals a
+function defined in `__main__` (a notebook cell) uses, it follows only the functions dill
+ships by value (those of `__main__`), never an importable library function, which dill
+ships by reference (module + qualified name) anyway. dill's own search follows every
+function it meets, and some library functions make it recurse without end
+(`torch.distributed.fsdp.fully_shard` in torch 2.13: RecursionError), so a cell that
+imports such a name at its top could not be shipped.
 
 When shipping fails, each part is tried on its own (a function's globals, closure cells and
 defaults; a method's object; a partial's parts; container items; object attributes), and
@@ -8,25 +16,117 @@ the innermost parts that still fail are named with their type: "args[0] (generat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import sys
+import threading
 import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["describe_unpicklable", "unpicklable_parts"]
+__all__ = ["describe_unpicklable", "dumps", "unpicklable_parts"]
 
 _MAX_DEPTH = 4  # how deep the search looks inside an object
 _MAX_CHILDREN = 64  # parts of one object tried, at most
 _MAX_PARTS = 8  # parts named, at most
 
 
-def picklable(obj: Any) -> bool:
-    """True when dill pickles `obj` the way launch ships it (recurse=True)."""
+_patch_lock = threading.RLock()
+
+
+def dumps(obj: Any) -> bytes:
+    """dill bytes of `obj` (recurse=True), library functions by reference (module doc)."""
     import dill
 
+    with _globals_by_value_only():
+        data: bytes = dill.dumps(obj, recurse=True)
+    return data
+
+
+@contextlib.contextmanager
+def _globals_by_value_only() -> Iterator[None]:
+    """dill's search for a function's globals (`dill.detect.globalvars`, which dill's
+    save_function imports on each call) replaced by `globals_used` meanwhile."""
+    import dill.detect
+
+    with _patch_lock:
+        original = dill.detect.globalvars
+
+        def globalvars(func: Any, recurse: bool = True, builtin: bool = False
+                       ) -> dict[str, Any]:
+            if not recurse:  # dill's own: it does not follow other functions
+                return dict(original(func, recurse, builtin))
+            return globals_used(func, builtin)
+
+        dill.detect.globalvars = globalvars
+        try:
+            yield
+        finally:
+            dill.detect.globalvars = original
+
+
+def by_reference(obj: Any) -> bool:
+    """True when `obj` is importable as `obj.__module__` + `obj.__qualname__`, which is how
+    dill pickles a function not defined in `__main__`."""
+    module_name = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if module_name in ("__main__", "__mp_main__", None) or not isinstance(qualname, str):
+        return False
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is obj
+
+
+def globals_used(func: Any, builtin: bool = False,
+                 seen: set[int] | None = None) -> dict[str, Any]:
+    """name -> object of the globals `func` uses, and those of the functions it uses that
+    dill ships by value (closures and nested code included); builtins too if `builtin`."""
+    import builtins
+
+    from dill.detect import nestedglobals
+
+    if isinstance(func, types.MethodType):
+        func = func.__func__
+    if not isinstance(func, types.FunctionType):
+        return {}
+    seen = set() if seen is None else seen
+    seen.add(id(func))
+    scope: dict[str, Any] = vars(builtins).copy() if builtin else {}
+    names: set[str] = set()
+    for cell in func.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if _follow(contents, seen):
+            found = globals_used(contents, builtin, seen)
+            names.update(found)
+            scope.update(found)
+    scope.update(func.__globals__ or {})
+    names.update(nestedglobals(func.__code__))
+    for name in list(names):
+        value = scope.get(name)
+        if _follow(value, seen):
+            names.update(globals_used(value, builtin, seen))
+    return {name: scope[name] for name in names if name in scope}
+
+
+def _follow(value: Any, seen: set[int]) -> bool:
+    """Whether the search goes into `value`: a function dill ships by value, not yet seen."""
+    if isinstance(value, types.MethodType):
+        value = value.__func__
+    return (isinstance(value, types.FunctionType) and id(value) not in seen
+            and not by_reference(value))
+
+
+def picklable(obj: Any) -> bool:
+    """True when dill pickles `obj` the way launch ships it (`dumps`)."""
     try:
-        dill.dumps(obj, recurse=True)
+        dumps(obj)
     except Exception:
         return False
     return True

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from dpsim.runtime.launch.pickling import unpicklable_parts
+from dpsim.runtime.launch.pickling import dumps, unpicklable_parts
 from dpsim.runtime.launch.ports import torch_timeout
 from dpsim.runtime.process_exit import exit_without_teardown
 
@@ -52,6 +52,7 @@ class RankSpec:
     sources: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # linecache entries
     forked: bool = False  # from the fork server: `env` is the launcher's whole environment
     stdio: tuple[Any, ...] = ()  # the launcher's fds 1 and 2, handed over when forked
+    stderr_fd: Any = None  # write end of the pipe the launcher reads this rank's fd 2 from
 
 
 # --------------------------------------------------------------------------- launcher side
@@ -126,6 +127,9 @@ def _set_up_process(spec: RankSpec, dump_conn: Any) -> None:
             os.dup2(fd, target)
             os.close(fd)
         os.environ.clear()
+    if spec.stderr_fd is not None:  # the launcher passes it on and keeps the last lines
+        os.dup2(spec.stderr_fd, 2)
+        os.close(spec.stderr_fd)
     os.environ.update(spec.env)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
@@ -231,10 +235,8 @@ def joined_key(rank: int) -> str:
 
 def _result_message(result: Any) -> tuple[Any, ...]:
     """("ok", dill bytes of `result`), or the "error" message when it cannot be pickled."""
-    import dill
-
     try:
-        return ("ok", dill.dumps(result, recurse=True))
+        return ("ok", dumps(result))
     except Exception as exc:
         parts = unpicklable_parts("result", result) or [f"result ({type(result).__name__})"]
         return (

@@ -8,7 +8,7 @@ import pickle
 import signal
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,11 +194,14 @@ class _Collector:
 
 
 def collect(
-    procs: Sequence[Any], conns: Sequence[Any], deadline: float
-) -> tuple[dict[int, Any], list[_Failure]]:
+    procs: Sequence[Any], conns: Sequence[Any], deadline: float,
+    watch: Callable[[list[int]], Any] | None = None,
+) -> tuple[dict[int, Any], list[_Failure], Any]:
     """Wait for every rank's message or death until `deadline` (time.monotonic seconds).
 
     After a first failure, other failures are collected for `_FAILURE_WINDOW_S` more.
+    `watch(pending)` is asked between waits while no rank failed; what it returns first
+    that is not None stops the wait and is returned third (a deadlock), else None.
     """
     collector = _Collector(procs, conns)
     first_failure_at: float | None = None
@@ -216,4 +219,9 @@ def collect(
             if limit <= 0:
                 break
         collector.wait(pending, min(limit, _POLL_S))
-    return collector.results, collector.failures
+        if watch is not None and not collector.failures:
+            still = [rank for rank in pending if rank not in collector.handled()]
+            found = watch(still)
+            if found is not None:
+                return collector.results, collector.failures, found
+    return collector.results, collector.failures, None
