@@ -78,12 +78,12 @@ except Exception:
 DUMP_CELL = '''\
 def __dpsim_grader_dump(names, marker):
     import base64, json
-    import dill
+    from dpsim.runtime.launch.pickling import dumps
     found = {{}}
     for name in names:
         if name in globals():
             try:
-                found[name] = base64.b64encode(dill.dumps(globals()[name], recurse=True)).decode()
+                found[name] = base64.b64encode(dumps(globals()[name])).decode()
             except Exception as exc:
                 found[name] = {{"error": f"could not be pickled: {{type(exc).__name__}}: {{exc}}"}}
     print(marker + json.dumps(found), flush=True)

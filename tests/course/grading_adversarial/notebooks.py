@@ -255,11 +255,13 @@ from dpsim.grading import check
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard  # dill alone cannot ship what uses it
 
 def largest_batch(n_params, activation_bytes_per_sample, memory_bytes, bytes_per_param=16):
     raise NotImplementedError("write your code")
 
 def my_batch(n_params, activation_bytes_per_sample, memory_bytes, bytes_per_param=16):
+    assert callable(fully_shard)
     free = memory_bytes - n_params * bytes_per_param
     return max(free, 0) // activation_bytes_per_sample
 check("1.3", my_batch)
