@@ -95,15 +95,18 @@ def python_prefixes() -> list[str]:
     return found
 
 
+@functools.cache
 def _support_dir() -> Path:
-    """Two small files the box sees as /etc/hosts and /etc/passwd (written once)."""
-    folder = Path(os.environ.get("TMPDIR", "/tmp")) / f"dpsim-box-etc-{os.geteuid()}"
-    folder.mkdir(mode=0o755, exist_ok=True)
+    """Two small files the box sees as /etc/hosts and /etc/passwd (a private folder of this
+    process, removed at exit)."""
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="dpsim-box-etc-"))
     for name, text in (("hosts", _HOSTS), ("passwd", _PASSWD)):
-        path = folder / name
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
-            path.chmod(0o644)
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o644)
+    atexit.register(shutil.rmtree, folder, True)
     return folder
 
 
