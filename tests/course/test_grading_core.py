@@ -223,8 +223,16 @@ def test_stubs_and_crashes_are_reported(exercise_id: str) -> None:
     assert f"`{ex.function}`" in (run_check(exercise_id, stub).message or "")
 
 
+def nested(depth: int) -> object:
+    """[[...[1]...]], `depth` lists deep."""
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 ODD_ANSWERS = [10**400, -10**400, float("nan"), float("inf"), -float("inf"), "7", None, True,
-               [], eval("[" * 40 + "1" + "]" * 40),
+               [], nested(40),
                {"a": 1}, {(1, 2): [1.5]}, [10**400, float("nan")], 1e308, -0.0, 2**63]
 
 
