@@ -54,7 +54,15 @@ def test_5_1_wrong_answers_are_caught_with_their_hint() -> None:
     def always_pad(n, ws, rank, shuffle, seed, epoch, drop_last):  # type: ignore[no-untyped-def]
         return rank_indices(n, ws, rank, shuffle, seed, epoch, False)
 
+    def pad_once(n, ws, rank, shuffle, seed, epoch, drop_last):  # type: ignore[no-untyped-def]
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+                 .tolist() if shuffle else list(range(n)))
+        if drop_last:
+            return order[: n - n % ws][rank::ws]
+        return (order + order[: -(-n // ws) * ws - n])[rank::ws]
+
     for fn, hint in ((seed_only, "seed + epoch"), (contiguous, "contiguous block"),
+                     (pad_once, "padded only once"),  # was a false pass
                      (no_padding, "did not pad"), (always_pad, "drop_last=True")):
         result = run_check("5.1", fn)
         assert not result.ok, fn.__name__

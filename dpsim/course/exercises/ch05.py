@@ -43,13 +43,13 @@ def _order(n: int, shuffle: bool, seed: int) -> list[int]:
 
 
 def _split(order: list[int], world_size: int, rank: int, drop_last: bool,
-           contiguous: bool = False, pad: bool = True) -> list[int]:
+           contiguous: bool = False, pad: bool = True, pad_once: bool = False) -> list[int]:
     n = len(order)
     if drop_last:
         order = order[: n - n % world_size]
     elif pad and n % world_size:
         total = -(-n // world_size) * world_size
-        order = (order * (-(-total // n)))[:total]
+        order = (order + order[: total - n]) if pad_once else (order * (-(-total // n)))[:total]
     if contiguous:
         size = len(order) // world_size
         return order[rank * size:(rank + 1) * size]
@@ -66,8 +66,9 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
         (2, 7, rng.choice([False, True]), False),  # padding longer than the data set
     ]
     for index, (n, ws, shuffle, drop_last) in enumerate(shapes):
-        # fewer samples than ranks: a rank past the data set gets only padding
-        rank = rng.randrange(ws) if n >= ws else rng.randrange(n, ws)
+        # fewer samples than ranks: a rank past the data set gets only padding; past twice
+        # its length when it can, where padding only once leaves that rank nothing
+        rank = rng.randrange(ws) if n >= ws else rng.randrange(min(2 * n, ws - 1), ws)
         seed = rng.randint(0, 99)
         epoch = 0 if index == 0 else rng.randint(1, 9)
         expected = sampler_indices(n, ws, rank, shuffle, seed, epoch, drop_last)
@@ -86,6 +87,10 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
             "you did not pad: without drop_last, the list is padded with its own first "
             "indices up to a multiple of world_size, so every rank gets as many":
                 _split(_order(n, shuffle, seed + epoch), ws, rank, drop_last, pad=False),
+            "you padded only once: when the padding is longer than the list, repeat the "
+            "list's first indices again and again until the length is a multiple of "
+            "world_size": _split(_order(n, shuffle, seed + epoch), ws, rank, drop_last,
+                                 pad_once=True),
             "you padded although drop_last=True (it drops the tail instead)":
                 _split(_order(n, shuffle, seed + epoch), ws, rank, False) if drop_last
                 else None,
