@@ -76,7 +76,7 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("3.1", lambda b, n: [len(c) for c in torch.chunk(torch.arange(b), n)],
      "not to call torch.chunk"),
     ("3.1", lambda b, n: [-(-b // n)] * n, "add up to the batch"),
-    ("3.1", lambda b, n: chunk_sizes(b, n)[::-1], "not the right one"),
+    ("3.1", lambda b, n: chunk_sizes(b, n)[::-1], "reverse order"),
     ("3.2", lambda x, n: list(torch.tensor_split(x, n)), "tensor_split"),
     ("3.2", lambda x, n: list(x.chunk(n, dim=1)), "entries; it needs"),
     ("3.2", lambda x, n: list(reversed(x.chunk(n))), "out of order"),

@@ -154,7 +154,7 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("9.2", clip_each, "its own norm"),
     ("9.2", clip_nothing, "unchanged"),
     ("9.2", clip_local_norm, ".to_local()"),
-    ("9.3", materialize_empty_only, ""),
+    ("9.3", materialize_empty_only, "reset_parameters()"),
     ("9.3", materialize_nothing, "to_empty"),
 ]
 

@@ -80,6 +80,8 @@ def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
                 "you dropped the remainder (B // N each)": [batch // n] * n,
                 "you gave every device ceil(B/N) samples; the chunks must add up to the "
                 "batch": [size] * n,
+                "your chunks are in reverse order: the full chunks of ceil(B/N) come first, "
+                "the smaller rest last": expected[::-1],
             },
         )
 

@@ -267,6 +267,18 @@ def _call_meta(fn: Callable[..., Any], *, widths: list[int], seed: int) -> dict[
     return {"on_meta": on_meta, "params": _params(out) if not on_meta else ON_META}
 
 
+NOT_INITIALISED = ("looks like the parameters were allocated but not initialised: after "
+                   "model.to_empty(device='cpu'), call reset_parameters() on every module "
+                   "that has one (to_empty leaves whatever the memory held)")
+
+
+def _explain_meta(answer: Any) -> str | None:
+    """Allocated (nothing on meta) but wrong values: to_empty without reset_parameters."""
+    if isinstance(answer, dict) and answer.get("on_meta") == 0:
+        return NOT_INITIALISED
+    return None
+
+
 @exercise("9.3", function="materialize", title="Initialise a model built on the meta device",
           points=2, forbidden=("dpsim.labs.ch06_fsdp.meta_init.materialize",))
 def _meta_cases(rng: random.Random) -> Iterator[Case]:
@@ -282,7 +294,7 @@ def _meta_cases(rng: random.Random) -> Iterator[Case]:
                 nn.init.zeros_(m.weight)
                 nn.init.zeros_(m.bias)
         yield Case(f"Linear/LayerNorm/GELU widths {widths}, torch.manual_seed({seed}) before "
-                   "your call", expected=expected,
+                   "your call", expected=expected, explain=_explain_meta,
                    call=_call_meta, kwargs={"widths": widths, "seed": seed},
                    mistakes={
                        "parameters are still on the meta device: allocate them with "
