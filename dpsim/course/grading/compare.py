@@ -71,8 +71,9 @@ def _same(answer: Any, expected: Any, rel_tol: float, abs_tol: float, depth: int
     if is_number(expected):
         if not is_number(answer):
             return False
-        if isinstance(expected, numbers.Integral) and isinstance(answer, numbers.Integral):
-            return int(answer) == int(expected)
+        if (isinstance(expected, numbers.Integral) and isinstance(answer, numbers.Integral)
+                and not (rel_tol or abs_tol)):
+            return int(answer) == int(expected)  # exact, however large
         if isinstance(expected, float):
             rel_tol = max(rel_tol, FLOAT32_REL_TOL)
         a, e = as_float(answer), as_float(expected)
