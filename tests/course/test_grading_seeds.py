@@ -46,6 +46,13 @@ CHEAP = {"1.3", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "3.1", "3.2", "
          "4.3", "5.1", "6.1", "6.2", "6.3", "6.4", "8.1", "8.3", "9.2", "9.3", "10.2", "10.3"}
 
 
+# Found by this test and left to the chapter's owner (the test fails if they are fixed, so
+# the list stays honest): 2.1 (chapter 2's module) has a seed whose cases never tell the
+# naive scheme's two mistakes from the right answer; 10.1 names a mistake it never computes.
+KNOWN = {"2.1": "one seed of 300: no case catches the naive scheme's mistakes",
+         "10.1": "'nothing was loaded' is a hint with no wrong answer (None) in every case"}
+
+
 def reply_of(answers: list[Any]) -> Reply:
     """The sandbox's reply for these answers, as the grader reads it (JSON lines)."""
     reply = Reply()
@@ -102,7 +109,10 @@ def test_cheap_exercises_over_student_seeds(exercise_id: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise_id", [ex.exercise_id for ex in all_exercises()])
+@pytest.mark.parametrize("exercise_id", [
+    pytest.param(ex.exercise_id, marks=pytest.mark.xfail(reason=KNOWN[ex.exercise_id],
+                                                           strict=True))
+    if ex.exercise_id in KNOWN else ex.exercise_id for ex in all_exercises()])
 def test_every_exercise_over_student_seeds(exercise_id: str) -> None:
     ex = get_exercise(exercise_id)
     n = COSTLY.get(exercise_id, SEEDS_SLOW)

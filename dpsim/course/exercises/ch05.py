@@ -220,7 +220,11 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
             first = round(rng.uniform(0.03, 0.1) * total / MiB, 3)
             if index == 3:  # 2% above the last three gradients: 10**6-byte MBs close earlier
                 first = math.ceil(sum(sizes[-3:]) * 1.02 / MiB * 1e4) / 1e4
+            if cap <= 0 or first <= 0:  # a small model's cap rounded to 0.000 MiB: again
+                continue
             expected = torch_bucket_sizes(module, cap, first)
+            if index == 0 and _walk(sizes[::-1], (int(cap * MiB),) * 2) == expected:
+                continue  # the first case must show a missing small first bucket
             # case 5: the last bucket is a partial one, below its cap
             if index < 4 or (len(expected) > 2 and expected[-1] < int(cap * MiB)):
                 break

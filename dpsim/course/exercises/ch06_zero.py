@@ -123,9 +123,7 @@ def _explain_zero(answer: Any) -> str | None:
 @exercise("6.5", function="make_zero1", title="ZeRO-1 by hand: shard the optimizer state",
           points=4)
 def _zero_cases(rng: random.Random) -> Iterator[Case]:
-    specs: list[dict[str, Any]] = [{"world_size": ws, "seed": rng.randint(0, 999),
-              "widths": [rng.randint(3, 24) for _ in range(rng.randint(3, 4))]}
-             for ws in (2, 3)]
+    specs = [_zero_spec(rng, ws) for ws in (2, 3)]
     for index, spec in enumerate(specs):
         ws, widths = spec["world_size"], spec["widths"]
         numels = [p.numel() for p in make_model(widths, 0).parameters()]
@@ -154,6 +152,24 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
                        "you gave the parameters in their own order to the least-loaded rank; "
                        "sort them largest first": outcome(per_rank(_unsorted(numels, ws))),
                    })
+
+
+def _zero_spec(rng: random.Random, world_size: int) -> dict[str, Any]:
+    """Widths whose partition differs from a round-robin one and from an unsorted one, so
+    both mistakes show for every student."""
+    while True:
+        widths = [rng.randint(3, 24) for _ in range(rng.randint(3, 4))]
+        spec: dict[str, Any] = {"world_size": world_size, "seed": rng.randint(0, 999),
+                                "widths": widths}
+        numels = [p.numel() for p in make_model(widths, 0).parameters()]
+
+        def loads(owned: list[list[int]], numels: list[int] = numels) -> list[int]:
+            return [sum(numels[i] for i in part) for part in owned]
+
+        right = loads(zero1_partition(numels, world_size))
+        robin = loads([list(range(r, len(numels), world_size)) for r in range(world_size)])
+        if right not in (robin, loads(_unsorted(numels, world_size))):
+            return spec
 
 
 def _unsorted(numels: list[int], world_size: int) -> list[list[int]]:
