@@ -48,12 +48,11 @@ def device0_extra_bytes(batch_size: int, out_features: int, n_params: int,
 
 def test_right_answers_pass(capsys: pytest.CaptureFixture[str]) -> None:
     check("3.1", chunk_sizes)
-    check("3.1", lambda b, n: [int(c.shape[0]) for c in torch.arange(b).chunk(n)])
     check("3.2", scatter)
     check("3.2", lambda x, n: list(x.chunk(n)))
     check("3.3", gather)
     check("3.4", device0_extra_bytes)
-    assert capsys.readouterr().out == ("PASS 3.1 (7/7)\nPASS 3.1 (7/7)\nPASS 3.2 (4/4)\n"
+    assert capsys.readouterr().out == ("PASS 3.1 (7/7)\nPASS 3.2 (4/4)\n"
                                        "PASS 3.2 (4/4)\nPASS 3.3 (3/3)\nPASS 3.4 (3/3)\n")
 
 
@@ -71,8 +70,13 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("3.1", lambda b, n: chunk_sizes(b, n) + [0] * (n - len(chunk_sizes(b, n))),
      "your list has 4 entries; it needs 2"),  # empty chunks kept
     ("3.1", lambda b, n: [b // n] * n, "dropped the remainder"),
+    # were false passes: torch's own split answers the exercise
+    ("3.1", lambda b, n: [int(c.shape[0]) for c in torch.arange(b).chunk(n)],
+     "not to call torch.Tensor.chunk"),
+    ("3.1", lambda b, n: [len(c) for c in torch.chunk(torch.arange(b), n)],
+     "not to call torch.chunk"),
     ("3.1", lambda b, n: [-(-b // n)] * n, "add up to the batch"),
-    ("3.1", lambda b, n: chunk_sizes(b, n)[::-1], "not the right one"),
+    ("3.1", lambda b, n: chunk_sizes(b, n)[::-1], "reverse order"),
     ("3.2", lambda x, n: list(torch.tensor_split(x, n)), "tensor_split"),
     ("3.2", lambda x, n: list(x.chunk(n, dim=1)), "entries; it needs"),
     ("3.2", lambda x, n: list(reversed(x.chunk(n))), "out of order"),

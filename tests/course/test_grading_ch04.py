@@ -65,7 +65,7 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("4.2", lambda iv: 0.5, "intervals, not seconds"),
     ("4.3", lambda t: {k: t[1] / v for k, v in t.items()}, "t(1) / t(k)"),
     ("4.3", lambda t: {k: v / (k * t[1]) for k, v in t.items()}, "inverted"),
-    ("4.3", lambda t: [k * t[1] / v for k, v in t.items()], "not the right one"),
+    ("4.3", lambda t: [k * t[1] / v for k, v in t.items()], "the answer is a dict"),
 ]
 
 

@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 
 from dpsim.course.exercises.ch05 import local_gradients, sampler_indices
-from dpsim.course.exercises.ch05_buckets import _per_step, torch_buckets
 from dpsim.course.exercises.ch05_buckets import make_model as make_bucket_model
+from dpsim.course.exercises.ch05_buckets import per_step, torch_buckets
 from dpsim.course.exercises.ch05_train import ABS_TOL, make_model, reference_training
 from dpsim.course.grading import get_exercise, run_check
 
@@ -54,7 +54,15 @@ def test_5_1_wrong_answers_are_caught_with_their_hint() -> None:
     def always_pad(n, ws, rank, shuffle, seed, epoch, drop_last):  # type: ignore[no-untyped-def]
         return rank_indices(n, ws, rank, shuffle, seed, epoch, False)
 
+    def pad_once(n, ws, rank, shuffle, seed, epoch, drop_last):  # type: ignore[no-untyped-def]
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+                 .tolist() if shuffle else list(range(n)))
+        if drop_last:
+            return order[: n - n % ws][rank::ws]
+        return (order + order[: -(-n // ws) * ws - n])[rank::ws]
+
     for fn, hint in ((seed_only, "seed + epoch"), (contiguous, "contiguous block"),
+                     (pad_once, "padded only once"),  # was a false pass
                      (no_padding, "did not pad"), (always_pad, "drop_last=True")):
         result = run_check("5.1", fn)
         assert not result.ok, fn.__name__
@@ -216,16 +224,17 @@ def test_5_4_reference_keeps_the_module_keys() -> None:
 
 
 # --- 5.5 ----------------------------------------------------------------------------------
-def attach_buckets(model, bucket_cap_bytes, world_size, at_end=False):  # type: ignore[no-untyped-def]
+def attach_buckets(model, bucket_cap_bytes, world_size, at_end=False, sync=False,  # type: ignore[no-untyped-def]
+                   strict=False, drop_last=False, wait_in_hook=False):
     params = list(model.parameters())
     buckets, current, size = [], [], 0
     for p in reversed(params):
         current.append(p)
         size += p.numel() * p.element_size()
-        if size >= bucket_cap_bytes:
+        if size > bucket_cap_bytes or (size == bucket_cap_bytes and not strict):
             buckets.append(current)
             current, size = [], 0
-    if current:
+    if current and not drop_last:
         buckets.append(current)
     bucket_of = {id(p): i for i, b in enumerate(buckets) for p in b}
     ready = [0] * len(buckets)
@@ -233,10 +242,19 @@ def attach_buckets(model, bucket_cap_bytes, world_size, at_end=False):  # type: 
 
     def launch_bucket(i):  # type: ignore[no-untyped-def]
         flat = torch.cat([q.grad.flatten() for q in buckets[i]])
-        pending.append((i, flat, dist.all_reduce(flat, async_op=True)))
+        if sync:
+            dist.all_reduce(flat)
+            pending.append((i, flat, None))
+            return
+        work = dist.all_reduce(flat, async_op=True)
+        if wait_in_hook:
+            work.wait()
+        pending.append((i, flat, work))
 
     def hook(p):  # type: ignore[no-untyped-def]
-        i = bucket_of[id(p)]
+        i = bucket_of.get(id(p))
+        if i is None:
+            return
         ready[i] += 1
         if ready[i] == len(buckets[i]) and not at_end:
             launch_bucket(i)
@@ -249,7 +267,8 @@ def attach_buckets(model, bucket_cap_bytes, world_size, at_end=False):  # type: 
             for i in range(len(buckets)):
                 launch_bucket(i)
         for i, flat, work in pending:
-            work.wait()
+            if work is not None:
+                work.wait()
             flat /= world_size
             offset = 0
             for q in buckets[i]:
@@ -265,6 +284,22 @@ def attach_at_end(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyp
     return attach_buckets(model, bucket_cap_bytes, world_size, at_end=True)
 
 
+def attach_sync(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
+    return attach_buckets(model, bucket_cap_bytes, world_size, sync=True)
+
+
+def attach_wait_in_hook(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
+    return attach_buckets(model, bucket_cap_bytes, world_size, wait_in_hook=True)
+
+
+def attach_strict(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
+    return attach_buckets(model, bucket_cap_bytes, world_size, strict=True)
+
+
+def attach_no_partial(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
+    return attach_buckets(model, bucket_cap_bytes, world_size, drop_last=True)
+
+
 def stub(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
     raise NotImplementedError("Exercise 5.5: write your code here")
 
@@ -272,10 +307,17 @@ def stub(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
 # The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
 # graded cell runs it (`PASS 5.5 (2/2)`, compared by nbval).
 @pytest.mark.slow
-def test_5_5_all_reduces_launched_after_backward_are_caught() -> None:
-    result = run_check("5.5", attach_at_end)
+@pytest.mark.parametrize(("fn", "hint"), [
+    (attach_at_end, "only in finish()"),
+    (attach_sync, "async_op=True"),  # was a false pass: no overlap, every launch in backward
+    (attach_wait_in_hook, "async_op=True"),
+    (attach_strict, "(>=)"),  # was a false pass: no bucket met the cap exactly
+    (attach_no_partial, "last partial bucket"),  # was a false pass for 142 of 300 seeds
+])
+def test_5_5_mistakes_are_caught_with_their_hint(fn, hint) -> None:  # type: ignore[no-untyped-def]
+    result = run_check("5.5", fn)
     assert not result.ok
-    assert "only in finish()" in (result.message or ""), result.message
+    assert hint in (result.message or ""), result.message
 
 
 def test_5_5_stub_says_not_done_without_starting_ranks() -> None:
@@ -286,15 +328,25 @@ def test_5_5_stub_says_not_done_without_starting_ranks() -> None:
     assert stub_message(print) is None  # no Python source: launched as usual
 
 
-def test_5_5_events_give_counts_and_overlap() -> None:
-    overlapped = ["all_reduce", "all_reduce", "backward_end", "all_reduce", "finished"] * 2
-    assert _per_step(overlapped) == ([3, 3], True)
-    late = ["backward_end", "all_reduce", "all_reduce", "finished"]
-    assert _per_step(late) == ([2], False)
+def test_5_5_events_give_sizes_overlap_and_asynchrony() -> None:
+    overlapped = ["all_reduce:5:1", "all_reduce:3:1", "backward_end", "all_reduce:4:1",
+                  "wait", "wait", "wait", "finished"] * 2
+    assert per_step(overlapped) == {"all_reduce_numels_per_step": [[3, 4, 5]] * 2,
+                                    "all_but_last_launched_during_backward": True,
+                                    "async_with_no_wait_during_backward": True}
+    late = ["backward_end", "all_reduce:2:1", "all_reduce:2:1", "finished"]
+    assert not per_step(late)["all_but_last_launched_during_backward"]
+    synchronous = ["all_reduce:2:0", "all_reduce:2:0", "backward_end", "finished"]
+    assert not per_step(synchronous)["async_with_no_wait_during_backward"]
+    waited = ["all_reduce:2:1", "wait", "all_reduce:2:1", "backward_end", "wait", "finished"]
+    assert not per_step(waited)["async_with_no_wait_during_backward"]
 
 
-def test_5_5_cases_have_a_last_partial_bucket_on_2_and_3_ranks() -> None:
-    cases = get_exercise("5.5").cases()
+@pytest.mark.parametrize("student", [None, *range(0, 300, 7)])
+def test_5_5_cases_have_a_last_partial_bucket_on_2_and_3_ranks(student: int | None) -> None:
+    """Every student's cases: torch's indices were mapped twice, so for 142 of 300 seeds no
+    case had a partial last bucket; one case's first bucket holds exactly the cap."""
+    cases = get_exercise("5.5").cases(student)
     assert sorted(len(c.expected["params"]) for c in cases) == [2, 3]
     for case in cases:
         spec = case.args[0][case.args[1]]
@@ -303,4 +355,8 @@ def test_5_5_cases_have_a_last_partial_bucket_on_2_and_3_ranks() -> None:
         params = list(model.parameters())
         assert len(buckets) >= 3
         assert sum(params[i].numel() * 4 for i in buckets[-1]) < spec["cap_bytes"]
-        assert case.expected["all_reduces_per_step"] == [len(buckets)] * 2
+        sizes = sorted(sum(params[i].numel() for i in b) for b in buckets)
+        assert case.expected["all_reduce_numels_per_step"] == [sizes] * 2
+    assert sum(c.mistakes["you closed a bucket only once it exceeded the cap; close it as soon "
+                          "as it holds at least bucket_cap_bytes (>=)"] is not None
+               for c in cases) >= 1

@@ -366,3 +366,18 @@ def test_6_6_reference_tells_the_mistakes_apart() -> None:
             wrong = reference_training(spec["data"], spec["config"], **kwargs)
             gap = max(abs(a - b) for k in right for a, b in zip(right[k], wrong[k], strict=True))
             assert gap > 100 * ABS_TOL, kwargs
+
+
+def make_zero1_with_the_library(params, rank, world_size, lr):  # type: ignore[no-untyped-def]
+    """Was a false pass: torch's own ZeroRedundancyOptimizer gives the same numbers."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    optimizer = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.Adam, lr=lr)
+    return optimizer.step
+
+
+@pytest.mark.slow
+def test_6_5_zero_redundancy_optimizer_is_not_an_answer() -> None:
+    result = run_check("6.5", make_zero1_with_the_library)
+    assert not result.ok
+    assert "not to use torch's ZeroRedundancyOptimizer" in (result.message or ""), result.message

@@ -221,3 +221,56 @@ def test_stubs_and_crashes_are_reported(exercise_id: str) -> None:
     assert "RuntimeError: boom" in message
     assert "case 1 of" in message
     assert f"`{ex.function}`" in (run_check(exercise_id, stub).message or "")
+
+
+def nested(depth: int) -> object:
+    """[[...[1]...]], `depth` lists deep."""
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+ODD_ANSWERS = [10**400, -10**400, float("nan"), float("inf"), -float("inf"), "7", None, True,
+               [], nested(40),
+               {"a": 1}, {(1, 2): [1.5]}, [10**400, float("nan")], 1e308, -0.0, 2**63]
+
+
+@pytest.mark.parametrize("answer", ODD_ANSWERS, ids=repr)
+@pytest.mark.parametrize("expected", [3, 2.5, [1, 2.0], {"a": 1.0, "b": [2]}, "x", None],
+                         ids=repr)
+def test_comparison_is_total(answer: object, expected: object) -> None:
+    """Any JSON-like answer is compared, hinted and shown without an error; none is right."""
+    from dpsim.course.grading.compare import first_difference, hint, preview, same
+
+    assert same(answer, expected, 1e-6, 0.0) is (answer == expected and answer is not True)
+    assert isinstance(hint(answer, expected, {"m": 4}, 0.0, 0.0), str)
+    first_difference(answer, expected)
+    assert isinstance(preview(answer), str)
+
+
+@pytest.mark.parametrize("answer", [10**400, float("nan"), float("inf"), 10**5000],
+                         ids=["10**400", "nan", "inf", "10**5000"])
+def test_odd_numbers_score_zero_with_a_message(toy: str, answer: object) -> None:
+    """Was an OverflowError in the grader (float(10**400) in the comparison)."""
+    result = run_check(toy, lambda a, b: answer)
+    assert result.passed == 0
+    assert result.message is not None
+    assert "hint:" in result.message or "raised" in result.message
+
+
+def test_first_difference_names_the_field(toy: str) -> None:
+    from dpsim.course.grading.compare import first_difference
+
+    where = first_difference({"a": [1, 2], "b": 3.0}, {"a": [1, 5], "b": 3.0})
+    assert where == "first difference at ['a'][1]: yours is 2"
+    assert first_difference(4, 5) is None  # a bare number: the answer line says it all
+
+
+def test_float32_sums_get_a_tolerance_that_grows_with_terms() -> None:
+    from dpsim.course.grading.compare import FLOAT32_REL_TOL, same, summed_rel_tol
+
+    assert summed_rel_tol(1) > FLOAT32_REL_TOL
+    assert summed_rel_tol(60) > summed_rel_tol(1)
+    assert same(1.0 * (1 + 2e-7), 1.0)  # a float32 rounding away: not a wrong answer
+    assert not same(1.0 * (1 + 1e-4), 1.0, summed_rel_tol(60))

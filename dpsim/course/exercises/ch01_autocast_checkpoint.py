@@ -149,12 +149,29 @@ def run_blocks_measured(fn: Callable[..., Any], width: int, hidden: int, n_block
         out = fn(blocks, x, set(checkpointed))
     if not isinstance(out, torch.Tensor):
         return {"output": _name(out)}
+    reentrant = _reentrant(out)
     if out.requires_grad:
         out.square().mean().backward()
     grads = [p.grad.reshape(-1).tolist() if p.grad is not None else None for p in params]
     return {"output": out.detach().reshape(-1).tolist(),
             "input_grad": x.grad.reshape(-1).tolist() if x.grad is not None else None,
-            "param_grads": grads, "saved_bytes": saved.nbytes, "forward_calls": calls}
+            "param_grads": grads, "saved_bytes": saved.nbytes, "forward_calls": calls,
+            "reentrant_checkpoint": reentrant}
+
+
+def _reentrant(out: torch.Tensor) -> bool:
+    """True if the autograd graph behind `out` holds a reentrant checkpoint
+    (`use_reentrant=True`: torch's CheckpointFunction)."""
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == "CheckpointFunctionBackward":
+            return True
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return False
 
 
 BLOCKS_RUNNER: Callable[..., Any] = run_blocks_measured
@@ -206,5 +223,9 @@ def _checkpoint_cases(rng: random.Random) -> Iterator[Case]:
                 "the checkpointed blocks ran under torch.no_grad(): their gradients are "
                 "lost; torch.utils.checkpoint.checkpoint recomputes them in backward":
                     run_blocks_measured(_detached_blocks, *args),
+                "you used the reentrant checkpoint (use_reentrant=True); pass "
+                "use_reentrant=False, the version torch recommends (it also works when the "
+                "input needs no gradient, and with hooks)":
+                    dict(expected, reentrant_checkpoint=True),
             },
         )

@@ -9,7 +9,8 @@ is a bug in dpsim, raised as RuntimeError, never blamed on the learner).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -30,6 +31,31 @@ def torch_chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
     return [int(c.shape[0]) for c in torch.arange(batch_size).chunk(n_devices)]
 
 
+TORCH_SPLITS = ("chunk", "split", "tensor_split")  # torch's own splits answer 3.1 outright
+
+
+def call_without_torch_splits(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` with torch.chunk/split/tensor_split (functions and Tensor methods) made
+    tripwires: 3.1 asks for the rule, not for torch's answer (runs in the sandbox)."""
+    from dpsim.course.grading.sandbox_worker import ForbiddenCall
+
+    def wire(name: str) -> Callable[..., Any]:
+        def tripwire(*_args: Any, **_kwargs: Any) -> Any:
+            raise ForbiddenCall(name)
+        return tripwire
+
+    saved = [(owner, name, getattr(owner, name)) for owner in (torch, torch.Tensor)
+             for name in TORCH_SPLITS]
+    try:
+        for owner, name, _ in saved:
+            prefix = "torch" if owner is torch else "torch.Tensor"
+            setattr(owner, name, wire(f"{prefix}.{name}"))
+        return fn(*args)
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
 def _spread(batch: int, n: int) -> list[int]:
     return [batch // n + (r < batch % n) for r in range(n)]
 
@@ -46,6 +72,7 @@ def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
         size = -(-batch // n)
         yield Case(
             f"chunk_sizes({batch}, {n})", args=(batch, n), expected=expected,
+            call=call_without_torch_splits,
             mistakes={
                 "you spread the remainder one sample at a time (numpy.array_split / "
                 "torch.tensor_split); torch.chunk makes chunks of ceil(B/N) and the last "
@@ -53,6 +80,8 @@ def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
                 "you dropped the remainder (B // N each)": [batch // n] * n,
                 "you gave every device ceil(B/N) samples; the chunks must add up to the "
                 "batch": [size] * n,
+                "your chunks are in reverse order: the full chunks of ceil(B/N) come first, "
+                "the smaller rest last": expected[::-1],
             },
         )
 

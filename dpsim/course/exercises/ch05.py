@@ -43,13 +43,13 @@ def _order(n: int, shuffle: bool, seed: int) -> list[int]:
 
 
 def _split(order: list[int], world_size: int, rank: int, drop_last: bool,
-           contiguous: bool = False, pad: bool = True) -> list[int]:
+           contiguous: bool = False, pad: bool = True, pad_once: bool = False) -> list[int]:
     n = len(order)
     if drop_last:
         order = order[: n - n % world_size]
     elif pad and n % world_size:
         total = -(-n // world_size) * world_size
-        order = (order * (-(-total // n)))[:total]
+        order = (order + order[: total - n]) if pad_once else (order * (-(-total // n)))[:total]
     if contiguous:
         size = len(order) // world_size
         return order[rank * size:(rank + 1) * size]
@@ -66,8 +66,9 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
         (2, 7, rng.choice([False, True]), False),  # padding longer than the data set
     ]
     for index, (n, ws, shuffle, drop_last) in enumerate(shapes):
-        # fewer samples than ranks: a rank past the data set gets only padding
-        rank = rng.randrange(ws) if n >= ws else rng.randrange(n, ws)
+        # fewer samples than ranks: a rank past the data set gets only padding; past twice
+        # its length when it can, where padding only once leaves that rank nothing
+        rank = rng.randrange(ws) if n >= ws else rng.randrange(min(2 * n, ws - 1), ws)
         seed = rng.randint(0, 99)
         epoch = 0 if index == 0 else rng.randint(1, 9)
         expected = sampler_indices(n, ws, rank, shuffle, seed, epoch, drop_last)
@@ -86,6 +87,10 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
             "you did not pad: without drop_last, the list is padded with its own first "
             "indices up to a multiple of world_size, so every rank gets as many":
                 _split(_order(n, shuffle, seed + epoch), ws, rank, drop_last, pad=False),
+            "you padded only once: when the padding is longer than the list, repeat the "
+            "list's first indices again and again until the length is a multiple of "
+            "world_size": _split(_order(n, shuffle, seed + epoch), ws, rank, drop_last,
+                                 pad_once=True),
             "you padded although drop_last=True (it drops the tail instead)":
                 _split(_order(n, shuffle, seed + epoch), ws, rank, False) if drop_last
                 else None,
@@ -215,7 +220,11 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
             first = round(rng.uniform(0.03, 0.1) * total / MiB, 3)
             if index == 3:  # 2% above the last three gradients: 10**6-byte MBs close earlier
                 first = math.ceil(sum(sizes[-3:]) * 1.02 / MiB * 1e4) / 1e4
+            if cap <= 0 or first <= 0:  # a small model's cap rounded to 0.000 MiB: again
+                continue
             expected = torch_bucket_sizes(module, cap, first)
+            if index == 0 and _walk(sizes[::-1], (int(cap * MiB),) * 2) == expected:
+                continue  # the first case must show a missing small first bucket
             # case 5: the last bucket is a partial one, below its cap
             if index < 4 or (len(expected) > 2 and expected[-1] < int(cap * MiB)):
                 break

@@ -12,6 +12,7 @@ reference is one process on the global batch and torch's own bucket assignment.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,12 +44,27 @@ def batch(widths: list[int], seed: int, rank: int, step: int) -> tuple[torch.Ten
 
 
 def torch_buckets(model: nn.Module, cap_bytes: int) -> list[list[int]]:
-    """Parameter indices of each bucket, from the assignment function DDP's reducer calls."""
+    """Parameter indices of each bucket, from the assignment function DDP's reducer calls
+    (given the indices in ready order, it answers in those indices)."""
     params = list(model.parameters())
     ready = list(range(len(params)))[::-1]
     buckets, _ = dist._compute_bucket_assignment_by_size(
         [params[i] for i in ready], [cap_bytes, cap_bytes], [False] * len(params), ready)
-    return [[ready[i] for i in b] for b in buckets]
+    return [list(b) for b in buckets]
+
+
+def walk_buckets(sizes: list[int], cap_bytes: int, strict: bool = False) -> list[list[int]]:
+    """Indices into `sizes` (bytes, in ready order) of each bucket: closed once it holds at
+    least the cap (`strict`: only once it exceeds it, the `>` mistake)."""
+    buckets: list[list[int]] = [[]]
+    held = 0
+    for i, size in enumerate(sizes):
+        buckets[-1].append(i)
+        held += size
+        if held > cap_bytes or (held == cap_bytes and not strict):
+            buckets.append([])
+            held = 0
+    return [b for b in buckets if b]
 
 
 def reference_params(widths: list[int], seed: int, world_size: int, scale: float = 1.0
@@ -65,18 +81,35 @@ def reference_params(widths: list[int], seed: int, world_size: int, scale: float
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
 
+class _Watched:
+    """A work handle whose wait() is recorded (delegates everything else)."""
+
+    def __init__(self, work: Any, events: list[str]) -> None:
+        self._work, self._events = work, events
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        self._events.append("wait")
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
 def _bucket_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
                    init_method: str, path: str) -> dict[str, Any]:
-    """On a real rank: STEPS training steps with the learner's hooks; events in order."""
+    """On a real rank: STEPS training steps with the learner's hooks; events in order
+    (`all_reduce:<numel>:<async 0/1>`, `wait`, `backward_end`, `finished`)."""
     from dpsim.course.grading.ranks import join
 
     model = make_model(spec["widths"], spec["seed"])
     events: list[str] = []
     original = dist.all_reduce
 
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        events.append("all_reduce")
-        return original(*args, **kwargs)
+    def counted(tensor, *args, **kwargs):  # type: ignore[no-untyped-def]
+        is_async = kwargs.get("async_op", args[2] if len(args) > 2 else False)
+        events.append(f"all_reduce:{tensor.numel()}:{int(bool(is_async))}")
+        work = original(tensor, *args, **kwargs)
+        return _Watched(work, events) if work is not None else None
 
     with join(rank, world_size, init_method):
         dist.all_reduce = counted
@@ -97,37 +130,54 @@ def _bucket_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dic
             "events": events}
 
 
-def _per_step(events: list[str]) -> tuple[list[int], bool]:
-    """All-reduce calls per step, and whether all but the last of each started in backward."""
-    counts, overlap, in_backward, total = [], True, 0, 0
+def per_step(events: list[str]) -> dict[str, Any]:
+    """From a rank's events: each step's all-reduce sizes (elements, sorted), whether all
+    but the last launch of every step came before backward() returned, and whether every
+    launch was asynchronous with no wait() before backward() returned."""
+    sizes: list[list[int]] = []
+    overlap, asynchronous = True, True
+    step: list[int] = []
+    in_backward, backward_over = 0, False
     for event in events:
-        if event == "all_reduce":
-            total += 1
+        if event.startswith("all_reduce:"):
+            _, numel, is_async = event.split(":")
+            step.append(int(numel))
+            asynchronous = asynchronous and is_async == "1"
+        elif event == "wait":
+            asynchronous = asynchronous and backward_over
         elif event == "backward_end":
-            in_backward = total
-        else:
-            counts.append(total)
-            overlap = overlap and in_backward >= total - 1
-            in_backward = total = 0
-    return counts, overlap
+            in_backward, backward_over = len(step), True
+        elif event == "finished":
+            sizes.append(sorted(step))
+            overlap = overlap and in_backward >= len(step) - 1
+            step, in_backward, backward_over = [], 0, False
+    return {"all_reduce_numels_per_step": sizes,
+            "all_but_last_launched_during_backward": overlap,
+            "async_with_no_wait_during_backward": asynchronous}
 
 
 def run_buckets(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
                 ) -> dict[str, Any]:
-    """Case `index`: final parameters per rank, all-reduces per step, overlap with backward."""
+    """Case `index`: final parameters per rank, all-reduce sizes per step, overlap."""
     ranks = run_specs(_bucket_worker, fn, specs)[index]
-    counts, overlap = _per_step(ranks[0]["events"])
-    return {"params": [r["params"] for r in ranks], "all_reduces_per_step": counts,
-            "all_but_last_launched_during_backward": overlap}
+    return {"params": [r["params"] for r in ranks], **per_step(ranks[0]["events"])}
 
 
-def _spec(rng: random.Random, world_size: int) -> dict[str, Any]:
-    """Widths and a cap that give at least 3 buckets, the last one below the cap."""
+def _spec(rng: random.Random, world_size: int, exact: bool) -> dict[str, Any]:
+    """Widths and a cap that give at least 3 buckets, the last one below the cap; `exact`:
+    the first bucket holds exactly the cap (closing on `>` instead of `>=` shows)."""
     while True:
         widths = [rng.randint(8, 40) for _ in range(rng.randint(4, 5))]
         model = make_model(widths, 0)
-        total = sum(p.numel() * 4 for p in model.parameters())
+        sizes = [p.numel() * 4 for p in model.parameters()][::-1]
+        total = sum(sizes)
         cap = int(total * rng.uniform(0.15, 0.3))
+        if exact:
+            prefix = [sum(sizes[:k]) for k in range(1, len(sizes))]
+            fits = [c for c in prefix if 0.1 * total <= c <= 0.35 * total]
+            if not fits:
+                continue
+            cap = rng.choice(fits)
         buckets = torch_buckets(model, cap)
         params = list(model.parameters())
         last = sum(params[i].numel() * 4 for i in buckets[-1])
@@ -139,30 +189,72 @@ def _spec(rng: random.Random, world_size: int) -> dict[str, Any]:
 @exercise("5.5", function="attach_buckets",
           title="DDP from scratch: hooks, buckets, async all-reduce", points=4)
 def _bucket_cases(rng: random.Random) -> Iterator[Case]:
-    specs = [_spec(rng, 2), _spec(rng, 3)]
+    specs = [_spec(rng, 2, exact=True), _spec(rng, 3, exact=False)]
     for index, spec in enumerate(specs):
         ws, widths = spec["world_size"], spec["widths"]
         model = make_model(widths, spec["seed"])
-        n_buckets = len(torch_buckets(model, spec["cap_bytes"]))
-        n_params = len(list(model.parameters()))
+        params = list(model.parameters())
+        numels = [params[i].numel() for i in range(len(params))][::-1]
+        buckets = walk_buckets([4 * n for n in numels], spec["cap_bytes"])
+        assert [[len(params) - 1 - i for i in b] for b in buckets] == torch_buckets(
+            model, spec["cap_bytes"]), "the walk disagrees with DDP's bucket assignment"
+        strict = walk_buckets([4 * n for n in numels], spec["cap_bytes"], strict=True)
         right = reference_params(widths, spec["seed"], ws)
 
-        def outcome(params: list[float], calls: int, overlap: bool = True, ws: int = ws
+        def outcome(params: list[float], buckets: list[list[int]], overlap: bool = True,
+                    asynchronous: bool = True, ws: int = ws, numels: list[int] = numels
                     ) -> dict[str, Any]:
-            return {"params": [params] * ws, "all_reduces_per_step": [calls] * STEPS,
-                    "all_but_last_launched_during_backward": overlap}
+            sizes = sorted(sum(numels[i] for i in b) for b in buckets)
+            return {"params": [params] * ws, "all_reduce_numels_per_step": [sizes] * STEPS,
+                    "all_but_last_launched_during_backward": overlap,
+                    "async_with_no_wait_during_backward": asynchronous}
 
         label = (f"{ws} gloo ranks, Linear widths {widths}, bucket_cap_bytes="
-                 f"{spec['cap_bytes']} ({n_params} parameters), {STEPS} steps")
-        yield Case(label, args=(specs, index), expected=outcome(right, n_buckets),
-                   call=run_buckets, abs_tol=ABS_TOL, mistakes={
-                       "you all-reduced every parameter on its own instead of a bucket":
-                           outcome(right, n_params),
-                       "you launched the all-reduces only in finish(), after backward; "
-                       "launch each bucket from the hook that fills it":
-                           outcome(right, n_buckets, False),
+                 f"{spec['cap_bytes']} ({len(params)} parameters), {STEPS} steps")
+        sizes = outcome(right, buckets)["all_reduce_numels_per_step"]
+        structure = [
+            (outcome(right, [[i] for i in range(len(numels))]), PER_PARAMETER),
+            (outcome(right, buckets[:-1]), NO_PARTIAL),
+            (outcome(right, strict) if strict != buckets else None, STRICT),
+        ]
+        yield Case(label, args=(specs, index), expected=outcome(right, buckets),
+                   call=run_buckets, abs_tol=ABS_TOL,
+                   explain=functools.partial(_explain, sizes=sizes, structure=structure),
+                   mistakes={
+                       PER_PARAMETER: structure[0][0],
+                       LATE: outcome(right, buckets, False),
+                       SYNCHRONOUS: outcome(right, buckets, True, False),
                        "you summed but did not divide by world_size":
-                           outcome(reference_params(widths, spec["seed"], ws, ws), n_buckets),
-                       "you forgot the last partial bucket (it never reaches the cap)":
-                           outcome(right, n_buckets - 1),
+                           outcome(reference_params(widths, spec["seed"], ws, ws), buckets),
+                       NO_PARTIAL: structure[1][0],
+                       STRICT: structure[2][0],
                    })
+
+
+PER_PARAMETER = "you all-reduced every parameter on its own instead of a bucket"
+LATE = ("you launched the all-reduces only in finish(), after backward; launch each bucket "
+        "from the hook that fills it")
+SYNCHRONOUS = ("your all-reduces do not overlap backward: call dist.all_reduce(flat, "
+               "async_op=True) in the hook and wait() on its handle only in finish()")
+NO_PARTIAL = "you forgot the last partial bucket (it never reaches the cap)"
+STRICT = ("you closed a bucket only once it exceeded the cap; close it as soon as it holds "
+          "at least bucket_cap_bytes (>=)")
+
+
+def _explain(answer: Any, *, sizes: list[list[int]],
+             structure: list[tuple[dict[str, Any] | None, str]]) -> str | None:
+    """The hint from the answer's structure alone (bucket sizes, overlap), whatever its
+    parameters: a missing bucket also leaves the parameters wrong, in a way not worth
+    predicting."""
+    if not isinstance(answer, dict):
+        return None
+    got = answer.get("all_reduce_numels_per_step")
+    if got != sizes:
+        for wrong, words in structure:
+            if wrong is not None and got == wrong["all_reduce_numels_per_step"]:
+                return f"looks like {words}"
+    if answer.get("all_but_last_launched_during_backward") is False:
+        return f"looks like {LATE}"
+    if answer.get("async_with_no_wait_during_backward") is False:
+        return f"looks like {SYNCHRONOUS}"
+    return None

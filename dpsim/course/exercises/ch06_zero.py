@@ -91,8 +91,12 @@ def _zero_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[
                     dist.all_reduce(p.grad)
                     p.grad /= world_size
             step()
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist(),
-            "state_bytes": sum(state_bytes(o) for o in built)}
+            "state_bytes": sum(state_bytes(o) for o in built
+                               if not isinstance(o, ZeroRedundancyOptimizer)),
+            "zero_redundancy": any(isinstance(o, ZeroRedundancyOptimizer) for o in built)}
 
 
 def run_zero1(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
@@ -100,15 +104,26 @@ def run_zero1(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
     """Case `index`: parameters and optimizer-state bytes on every rank."""
     ranks = run_specs(_zero_worker, fn, specs)[index]
     return {"params": [r["params"] for r in ranks],
-            "optimizer_state_bytes": [r["state_bytes"] for r in ranks]}
+            "optimizer_state_bytes": [r["state_bytes"] for r in ranks],
+            "built_zero_redundancy_optimizer": [r["zero_redundancy"] for r in ranks]}
+
+
+LIBRARY = ("this exercise asks you to write ZeRO-1 yourself, not to use torch's "
+           "ZeroRedundancyOptimizer: partition the parameters and build a plain Adam over "
+           "this rank's part")
+
+
+def _explain_zero(answer: Any) -> str | None:
+    """The library's own optimizer, whatever the numbers it gives."""
+    if isinstance(answer, dict) and any(answer.get("built_zero_redundancy_optimizer") or []):
+        return LIBRARY
+    return None
 
 
 @exercise("6.5", function="make_zero1", title="ZeRO-1 by hand: shard the optimizer state",
           points=4)
 def _zero_cases(rng: random.Random) -> Iterator[Case]:
-    specs: list[dict[str, Any]] = [{"world_size": ws, "seed": rng.randint(0, 999),
-              "widths": [rng.randint(3, 24) for _ in range(rng.randint(3, 4))]}
-             for ws in (2, 3)]
+    specs = [_zero_spec(rng, ws) for ws in (2, 3)]
     for index, spec in enumerate(specs):
         ws, widths = spec["world_size"], spec["widths"]
         numels = [p.numel() for p in make_model(widths, 0).parameters()]
@@ -119,13 +134,14 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
 
         def outcome(bytes_: list[int], ws: int = ws, right: list[float] = right
                     ) -> dict[str, Any]:
-            return {"params": [right] * ws, "optimizer_state_bytes": bytes_}
+            return {"params": [right] * ws, "optimizer_state_bytes": bytes_,
+                    "built_zero_redundancy_optimizer": [False] * ws}
 
         label = (f"{ws} gloo ranks, Linear widths {widths} (parameter sizes {numels}), "
                  f"Adam lr={LR}, {STEPS} steps")
         yield Case(label, args=(specs, index),
                    expected=outcome(per_rank(zero1_partition(numels, ws))),
-                   call=run_zero1, abs_tol=ABS_TOL, mistakes={
+                   call=run_zero1, abs_tol=ABS_TOL, explain=_explain_zero, mistakes={
                        "every rank keeps Adam state for every parameter: build the "
                        "optimizer over this rank's own parameters only":
                            outcome([ADAM_STATE_BYTES * sum(numels)] * ws),
@@ -136,6 +152,24 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
                        "you gave the parameters in their own order to the least-loaded rank; "
                        "sort them largest first": outcome(per_rank(_unsorted(numels, ws))),
                    })
+
+
+def _zero_spec(rng: random.Random, world_size: int) -> dict[str, Any]:
+    """Widths whose partition differs from a round-robin one and from an unsorted one, so
+    both mistakes show for every student."""
+    while True:
+        widths = [rng.randint(3, 24) for _ in range(rng.randint(3, 4))]
+        spec: dict[str, Any] = {"world_size": world_size, "seed": rng.randint(0, 999),
+                                "widths": widths}
+        numels = [p.numel() for p in make_model(widths, 0).parameters()]
+
+        def loads(owned: list[list[int]], numels: list[int] = numels) -> list[int]:
+            return [sum(numels[i] for i in part) for part in owned]
+
+        right = loads(zero1_partition(numels, world_size))
+        robin = loads([list(range(r, len(numels), world_size)) for r in range(world_size)])
+        if right not in (robin, loads(_unsorted(numels, world_size))):
+            return spec
 
 
 def _unsorted(numels: list[int], world_size: int) -> list[list[int]]:

@@ -10,7 +10,6 @@ and returns plain data (lists of floats, ints, strings).
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dpsim.course.grading.compare import summed_rel_tol
+from dpsim.course.grading.ranks import run_specs
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.models import build_model, layer_stack
 
@@ -120,39 +121,20 @@ def _amp_cases(rng: random.Random) -> Iterator[Case]:
 
 # --- 9.2 clipping that works when gradients are DTensors ---------------------------------
 
-def _mesh() -> tuple[Any, bool]:
-    """A 1-rank CPU mesh, over a gloo group made here (True) unless one exists (False)."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    made = not dist.is_initialized()
-    if made:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    return init_device_mesh("cpu", (1,)), made
+MESH_RANKS = 2  # a 1-rank mesh would hide the mistake chapter 9 warns about: .to_local() norms
+MAX_TERMS = 3 * 5 * 4  # at most 3 gradients of 5 x 4 entries summed into the norm
 
 
-def _full_list(t: Any) -> list[float]:
+def _full(t: Any) -> list[float]:
     t = t.full_tensor() if hasattr(t, "full_tensor") else t
-    return [round(float(v), 6) for v in torch.as_tensor(t).flatten()]
+    return [float(v) for v in torch.as_tensor(t).flatten()]
 
 
-def _call_clip(fn: Callable[..., Any], *, grads: list[list[list[float]]], max_norm: float,
-               dtensor: bool) -> dict[str, Any]:
-    """Parameters whose .grad are `grads` (DTensors sharded on dim 0 when `dtensor`)."""
-    import torch.distributed as dist
-
+def _clip_with(fn: Callable[..., Any], grads: list[list[list[float]]], max_norm: float,
+               mesh: Any) -> dict[str, Any]:
+    """Parameters whose .grad are `grads` (DTensors sharded on dim 0 over `mesh`, if any);
+    the learner's norm and the full gradients after `fn(params, max_norm)`, unrounded."""
     params: list[nn.Parameter] = []
-    mesh, made = _mesh() if dtensor else (None, False)
-    try:
-        return _clip_with(fn, params, grads, max_norm, mesh)
-    finally:
-        if made:
-            dist.destroy_process_group()
-
-
-def _clip_with(fn: Callable[..., Any], params: list[nn.Parameter],
-               grads: list[list[list[float]]], max_norm: float, mesh: Any) -> dict[str, Any]:
     for g in grads:
         value = torch.tensor(g)
         p = nn.Parameter(torch.zeros_like(value))
@@ -164,9 +146,32 @@ def _clip_with(fn: Callable[..., Any], params: list[nn.Parameter],
         p.grad = value
         params.append(p)
     norm = fn(params, max_norm)
-    return {"norm": round(float(_full_list(norm)[0]) if isinstance(norm, torch.Tensor)
-                          else float(norm), 5),
-            "grads": [_full_list(p.grad) for p in params]}
+    return {"norm": _full(norm)[0] if isinstance(norm, torch.Tensor) else float(norm),
+            "grads": [_full(p.grad) for p in params]}
+
+
+def _call_clip(fn: Callable[..., Any], *, grads: list[list[list[float]]], max_norm: float
+               ) -> dict[str, Any]:
+    """Plain-tensor gradients, in this process."""
+    return _clip_with(fn, grads, max_norm, None)
+
+
+def _clip_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
+                 init_method: str, path: str) -> dict[str, Any]:
+    """On a real rank: DTensor gradients sharded over a `world_size`-rank mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from dpsim.course.grading.ranks import join
+
+    with join(rank, world_size, init_method):
+        mesh = init_device_mesh("cpu", (world_size,))
+        return _clip_with(fn, spec["grads"], spec["max_norm"], mesh)
+
+
+def run_clip(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
+             ) -> list[dict[str, Any]]:
+    """Every rank's norm and full gradients in DTensor case `index` (one launch for all)."""
+    return run_specs(_clip_worker, fn, specs)[index]
 
 
 def _reference_clip(grads: list[list[list[float]]], max_norm: float, scale: bool = True
@@ -176,34 +181,69 @@ def _reference_clip(grads: list[list[list[float]]], max_norm: float, scale: bool
         p.grad = torch.tensor(g)
     norm = nn.utils.clip_grad_norm_(params, max_norm) if scale else torch.linalg.vector_norm(
         torch.cat([p.grad.flatten() for p in params if p.grad is not None]))
-    return {"norm": round(float(norm), 5), "grads": [_full_list(p.grad) for p in params]}
+    return {"norm": float(norm), "grads": [_full(p.grad) for p in params]}
+
+
+def _local_norm_clip(grads: list[list[list[float]]], max_norm: float, world_size: int
+                     ) -> list[dict[str, Any]]:
+    """Each rank's answer when it clips by the norm of its own shards (`.to_local()`)."""
+    full = [torch.tensor(g) for g in grads]
+    out = []
+    for rank in range(world_size):
+        shards = [t.chunk(world_size)[rank] if rank < len(t.chunk(world_size))
+                  else t[:0] for t in full]
+        local = _reference_clip([s.tolist() for s in shards if len(s)], max_norm,
+                                scale=False)["norm"]
+        coef = min(max_norm / (local + 1e-6), 1.0)
+        out.append({"norm": local, "grads": [_full(t * coef) for t in full]})
+    # every rank's full gradients hold each rank's shard scaled by that rank's coefficient
+    for g_index, t in enumerate(full):
+        pieces = [torch.tensor(out[r]["grads"][g_index]).reshape(t.shape).chunk(world_size)[r]
+                  for r in range(min(world_size, len(t.chunk(world_size))))]
+        for answer in out:
+            answer["grads"][g_index] = _full(torch.cat(pieces))
+    return out
+
+
+def _random_grads(rng: random.Random) -> list[list[list[float]]]:
+    grads = [[[round(rng.uniform(-1, 1), 3) for _ in range(rng.randint(1, 4))]
+              for _ in range(rng.randint(2, 5))] for _ in range(rng.randint(2, 3))]
+    return [[row[:len(g[0])] + [0.0] * (len(g[0]) - len(row)) for row in g] for g in grads]
 
 
 @exercise("9.2", function="clip_grads", title="Clip gradients by their global norm, DTensors "
-          "included", points=2)
+          "included", points=2,
+          # the norm sums up to MAX_TERMS float32 squares in an order of the learner's choice
+          rel_tol=summed_rel_tol(MAX_TERMS))
 def _clip_cases(rng: random.Random) -> Iterator[Case]:
-    for dtensor, max_norm in ((False, 0.5), (True, 0.5), (True, 100.0), (False, 1.0)):
-        grads = [[[round(rng.uniform(-1, 1), 3) for _ in range(rng.randint(1, 4))]
-                  for _ in range(rng.randint(2, 5))] for _ in range(rng.randint(2, 3))]
-        grads = [[row[:len(g[0])] + [0.0] * (len(g[0]) - len(row)) for row in g] for g in grads]
+    plan = ((False, 0.5), (True, 0.5), (True, 100.0), (False, 1.0))
+    grads_of = [_random_grads(rng) for _ in plan]
+    specs = [{"world_size": MESH_RANKS, "grads": g, "max_norm": m}
+             for (dtensor, m), g in zip(plan, grads_of, strict=True) if dtensor]
+    for (dtensor, max_norm), grads in zip(plan, grads_of, strict=True):
         right = _reference_clip(grads, max_norm)
         each = [_reference_clip([g], max_norm) for g in grads]
-        yield Case(f"{len(grads)} parameters, max_norm={max_norm}, "
-                   + ("gradients are DTensors on a 1-rank mesh" if dtensor else
-                      "plain tensors"), expected=right,
-                   call=_call_clip,
-                   kwargs={"grads": grads, "max_norm": max_norm, "dtensor": dtensor},
-                   # answers are rounded (norm to 1e-5, gradients to 1e-6): a float32 sum in
-                   # another order may land one rounding step away
-                   abs_tol=2e-5,
-                   mistakes={
-                       "you clipped each gradient by its own norm; the norm is over all of "
-                       "them together": {"norm": each[0]["norm"],
-                                         "grads": [e["grads"][0] for e in each]},
-                       "gradients are unchanged: scale every p.grad in place by "
-                       "max_norm / (total_norm + 1e-6) when that is below 1":
-                           _reference_clip(grads, max_norm, scale=False),
-                   })
+        mistakes = {
+            "you clipped each gradient by its own norm; the norm is over all of "
+            "them together": {"norm": each[0]["norm"], "grads": [e["grads"][0] for e in each]},
+            "gradients are unchanged: scale every p.grad in place by "
+            "max_norm / (total_norm + 1e-6) when that is below 1":
+                _reference_clip(grads, max_norm, scale=False),
+        }
+        label = f"{len(grads)} parameters, max_norm={max_norm}, "
+        if not dtensor:
+            yield Case(label + "plain tensors", expected=right, call=_call_clip,
+                       kwargs={"grads": grads, "max_norm": max_norm}, mistakes=mistakes)
+            continue
+        index = next(i for i, s in enumerate(specs) if s["grads"] is grads)
+        yield Case(label + f"gradients are DTensors sharded on dim 0 over a {MESH_RANKS}-rank "
+                   "mesh (every rank's answer)", args=(specs, index), expected=[right] * MESH_RANKS,
+                   call=run_clip,
+                   mistakes={**{words: [wrong] * MESH_RANKS for words, wrong in mistakes.items()},
+                             "each rank clipped by the norm of its own shards (.to_local()); "
+                             "sum the squares over the DTensors themselves, so the mesh "
+                             "reduces them, and take .full_tensor() of the result":
+                                 _local_norm_clip(grads, max_norm, MESH_RANKS)})
 
 
 # --- 9.3 meta-device initialisation ------------------------------------------------------
@@ -227,6 +267,18 @@ def _call_meta(fn: Callable[..., Any], *, widths: list[int], seed: int) -> dict[
     return {"on_meta": on_meta, "params": _params(out) if not on_meta else ON_META}
 
 
+NOT_INITIALISED = ("looks like the parameters were allocated but not initialised: after "
+                   "model.to_empty(device='cpu'), call reset_parameters() on every module "
+                   "that has one (to_empty leaves whatever the memory held)")
+
+
+def _explain_meta(answer: Any) -> str | None:
+    """Allocated (nothing on meta) but wrong values: to_empty without reset_parameters."""
+    if isinstance(answer, dict) and answer.get("on_meta") == 0:
+        return NOT_INITIALISED
+    return None
+
+
 @exercise("9.3", function="materialize", title="Initialise a model built on the meta device",
           points=2, forbidden=("dpsim.labs.ch06_fsdp.meta_init.materialize",))
 def _meta_cases(rng: random.Random) -> Iterator[Case]:
@@ -242,7 +294,7 @@ def _meta_cases(rng: random.Random) -> Iterator[Case]:
                 nn.init.zeros_(m.weight)
                 nn.init.zeros_(m.bias)
         yield Case(f"Linear/LayerNorm/GELU widths {widths}, torch.manual_seed({seed}) before "
-                   "your call", expected=expected,
+                   "your call", expected=expected, explain=_explain_meta,
                    call=_call_meta, kwargs={"widths": widths, "seed": seed},
                    mistakes={
                        "parameters are still on the meta device: allocate them with "

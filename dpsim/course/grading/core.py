@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dpsim.course.grading.compare import hint, same
+from dpsim.course.grading.compare import first_difference, hint, preview, same
 from dpsim.course.grading.plain import decode
 from dpsim.course.grading.registry import Case, Exercise, get_exercise, student_seed
 from dpsim.course.grading.sandbox import Reply, shared
@@ -98,20 +98,29 @@ def judge(ex: Exercise, cases: list[Case], reply: Any, timeout_s: float) -> Chec
                 return CheckResult(ex.exercise_id, 0, total, todo, case.expected, case.label)
             first = first or (f"{head} failed on {where}\n  your function raised "
                               f"{row['error']}{row.get('where', '')}", case)
-        elif same(row.get("answer"), case.expected, case.rel_tol, case.abs_tol):
+        elif same(row.get("answer"), case.expected, *ex.tolerance(case)):
             passed += 1
         elif first is None:
-            answer = row.get("answer")
-            words = case.explain(answer) if case.explain is not None else None
-            words = words or hint(answer, case.expected, case.mistakes, case.rel_tol,
-                                  case.abs_tol)
-            shown = repr(answer)
-            shown = shown if len(shown) <= 300 else shown[:300] + " ..."
-            first = (f"{head} failed on {where}\n  your answer: {shown}\n  hint: {words}", case)
+            first = (f"{head} failed on {where}\n{_feedback(ex, case, row.get('answer'))}", case)
     if first is None:
         return CheckResult(ex.exercise_id, passed, total)
     message = f"{first[0]}\n  ({passed} of {total} cases passed)"
     return CheckResult(ex.exercise_id, passed, total, message, first[1].expected, first[1].label)
+
+
+def _feedback(ex: Exercise, case: Case, answer: Any) -> str:
+    """The lines for a wrong answer: where it first differs (a structured answer), the
+    answer cut to ~300 characters, and the hint."""
+    rel_tol, abs_tol = ex.tolerance(case)
+    try:
+        words = case.explain(answer) if case.explain is not None else None
+    except Exception:  # an explain written for honest answers meeting an odd one
+        words = None
+    words = words or hint(answer, case.expected, case.mistakes, rel_tol, abs_tol)
+    where = first_difference(answer, case.expected, rel_tol, abs_tol)
+    lines = [f"  {where}"] if where else []
+    lines += [f"  your answer: {preview(answer)}", f"  hint: {words}"]
+    return "\n".join(lines)
 
 
 def check_blob(exercise_id: str, blob: bytes, sandbox: Any, seed: int | None = None,

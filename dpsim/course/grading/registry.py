@@ -58,6 +58,14 @@ class Exercise:
     make_cases: CaseMaker
     # dotted names of dpsim functions that answer this exercise; calling one earns nothing
     forbidden: tuple[str, ...] = ()
+    # the exercise's stated float tolerance, the least every case allows (see compare:
+    # an expected float allows FLOAT32_REL_TOL anyway; a case may allow more)
+    rel_tol: float = 0.0
+    abs_tol: float = 0.0
+
+    def tolerance(self, case: Case) -> tuple[float, float]:
+        """(rel_tol, abs_tol) a case is compared with: its own, at least the exercise's."""
+        return max(case.rel_tol, self.rel_tol), max(case.abs_tol, self.abs_tol)
 
     @property
     def chapter(self) -> int:
@@ -102,13 +110,18 @@ _imported: set[str] = set()  # chapter modules already imported
 
 
 def exercise(exercise_id: str, *, function: str, title: str, points: int = 1,
-             forbidden: tuple[str, ...] = ()) -> Callable[[CaseMaker], CaseMaker]:
-    """Register the decorated case maker as exercise `exercise_id` (e.g. "2.1")."""
+             forbidden: tuple[str, ...] = (), rel_tol: float = 0.0, abs_tol: float = 0.0
+             ) -> Callable[[CaseMaker], CaseMaker]:
+    """Register the decorated case maker as exercise `exercise_id` (e.g. "2.1");
+    `rel_tol`/`abs_tol`: the float tolerance every case of it allows at least."""
     if not ID_PATTERN.match(exercise_id):
         raise ValueError(f"exercise_id={exercise_id!r} is not of the form 'N.M' (e.g. '2.1')")
     if not function.isidentifier():
         raise ValueError(f"function={function!r} is not a Python identifier")
     require_int("points", points, 1)
+    for name, tol in (("rel_tol", rel_tol), ("abs_tol", abs_tol)):
+        if not 0.0 <= tol < 1.0:
+            raise ValueError(f"{name}={tol!r} is not a tolerance: it must be in [0, 1)")
 
     def register(make_cases: CaseMaker) -> CaseMaker:
         old = _REGISTRY.get(exercise_id)
@@ -116,7 +129,7 @@ def exercise(exercise_id: str, *, function: str, title: str, points: int = 1,
             raise ValueError(f"exercise {exercise_id} is registered twice: in "
                              f"{old.make_cases.__module__} and {make_cases.__module__}")
         _REGISTRY[exercise_id] = Exercise(exercise_id, function, title, points, make_cases,
-                                          tuple(forbidden))
+                                          tuple(forbidden), rel_tol, abs_tol)
         return make_cases
 
     return register
