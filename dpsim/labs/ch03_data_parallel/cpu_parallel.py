@@ -45,7 +45,7 @@ def scatter(inputs: torch.Tensor, target_devices: Sequence[int], dim: int = 0
 def replicate(network: nn.Module, devices: Sequence[int]) -> list[nn.Module]:
     """One replica of `network` per device; replica 0 shares its parameters and buffers."""
     n = _check_devices(devices)
-    params = list(network.parameters())
+    params: list[torch.Tensor] = list(network.parameters())
     replicas = []
     for i in range(n):
         replica = replicate_module(network, params if i == 0 else [p.clone() for p in params])
