@@ -63,6 +63,11 @@ CHAPTERS: tuple[Chapter, ...] = (
             "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
             "rank killed under torchrun and restarted, a hung collective, Join (gloo)", 0,
             "HSDP traffic per mesh dimension (full, hybrid, none)"),
+    Chapter(11, "11_how_far_to_trust_dpsim.ipynb", "Appendix: how far to trust dpsim",
+            "dist.all_reduce timed on gloo processes, the alpha-beta fit's held-out error",
+            "dist.all_reduce timed on gloo processes, the alpha-beta fit's held-out error", 0,
+            "every published nccl-tests point beside dpsim's prediction; NCCL's protocol "
+            "choice"),
 )
 
 

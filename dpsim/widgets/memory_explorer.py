@@ -8,6 +8,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown
+from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
 from dpsim.sim.hardware import DEVICES
 from dpsim.sim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
 from dpsim.sim.validation import require_choice, require_int
@@ -16,7 +17,7 @@ from dpsim.viz.memory import breakdown_bars
 from dpsim.viz.style import add_limit
 from dpsim.widgets.dashboard import dashboard
 
-PRECISION_CHOICES = ("fp32", "bf16 mixed")
+PRECISION_CHOICES = ("fp32", "bf16 autocast")  # autocast: torch's scheme, fp32 states
 
 
 def explore(model: str, device: str, precision: str, optimizer: str, batch_size: int
@@ -29,11 +30,17 @@ def explore(model: str, device: str, precision: str, optimizer: str, batch_size:
     require_int("batch_size", batch_size, 1)
     workload = get_workload(model)
     dev = DEVICES[device]
-    mixed = precision == "bf16 mixed"
+    mixed = precision == "bf16 autocast"
+    # compute and activations in bf16; the states' total is the same in either scheme
     cfg = SingleConfig(batch_size=batch_size, optimizer=optimizer,
                        dtype="bf16" if mixed else "fp32", mixed_precision=mixed)
     trace = simulate(workload, dev, cfg)
     pred: MemoryBreakdown = breakdown(trace)
+    if mixed:  # torch.autocast keeps fp32 parameters, gradients and optimizer state
+        states = policy_model_state_bytes(workload.n_params, workload.n_param_tensors,
+                                          precision_policy("torch_amp"), optimizer)
+        pred = MemoryBreakdown(states.parameters, states.gradients, states.optimizer,
+                               pred.activations)
     column = f"{workload.name}, batch {batch_size}"
     fig: go.Figure = breakdown_bars({column: pred}, title="", unit="GiB")
     note = add_limit(fig, [column], pred.total / 1024**3, dev.memory_GiB, "GiB")

@@ -21,6 +21,12 @@ MAX_CELL_WORDS = 200
 # chapter file stem -> strings that must appear in its code cells
 API_IN_VIEW: dict[str, list[str]] = {
     # chapters 01-03
+    "01_single_device": ["backward()", ".step()", "zero_grad", "saved_tensors(",
+                         "model_state_breakdown(", "torch.autocast"],
+    "02_collectives": ["dist.all_reduce", "all_gather", "reduce_scatter", "dist.broadcast",
+                       "isend", "irecv"],
+    "03_data_parallel": ["DataParallel", "device_ids", "output_device", "scatter", "replicate",
+                         "parallel_apply", "gather"],
 
     # chapters 05-06
 
@@ -31,10 +37,14 @@ API_IN_VIEW: dict[str, list[str]] = {
 # chapter file stems whose prose is lean
 LEAN: list[str] = [
     # chapters 01-03
+    "01_single_device",
+    "02_collectives",
+    "03_data_parallel",
 
     # chapters 05-06
 
     # chapters 07-11
+    "11_how_far_to_trust_dpsim",
 
 ]
 

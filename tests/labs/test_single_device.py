@@ -66,9 +66,9 @@ def test_larger_batches_take_longer_and_more_memory() -> None:
 
 def test_seven_billion_does_not_fit_one_h100() -> None:
     rows = {r["name"]: r for r in fit_rows(["gpt2-124m", "llama-7b"], H100_80GB)}
-    assert rows["GPT-2 124M bf16 mixed"]["fits"] is True
-    assert rows["7B transformer bf16 mixed"]["fits"] is False
-    assert rows["7B transformer bf16 mixed"]["bytes_per_param"] == pytest.approx(16, abs=0.01)
+    assert rows["GPT-2 124M bf16 autocast"]["fits"] is True
+    assert rows["7B transformer bf16 autocast"]["fits"] is False
+    assert rows["7B transformer bf16 autocast"]["bytes_per_param"] == pytest.approx(16, abs=0.01)
 
 
 def test_bad_config_raises() -> None:

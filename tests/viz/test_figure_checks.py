@@ -108,7 +108,7 @@ def _figures(items: list[Any]) -> list[go.Figure]:
 
 SETTINGS: dict[str, list[tuple[Any, ...]]] = {
     "memory explorer": [("gpt2-124m", "h100-80gb", "fp32", "adam", 1),
-                        ("llama-70b", "a100-40gb", "bf16 mixed", "sgd", 64)],
+                        ("llama-70b", "a100-40gb", "bf16 autocast", "sgd", 64)],
     "zero explorer": [("7B", 8, "mixed", "adam", False, 80, 1),
                       ("124M", 1024, "fp32", "sgd", True, 16, 16)],
     "ddp explorer": [("gpt2-124m", "h100-80gb", "NVLink 4 (H100)", 8, 25.0, 8, True),

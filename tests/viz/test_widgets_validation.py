@@ -207,7 +207,7 @@ def test_memory_explorer_texts_unchanged() -> None:
     assert isinstance(fig, go.Figure)
     assert fig.layout.title.text == ("Simulated memory on one H100 80GB SXM (device memory "
                                      "80 GiB: far from full)")
-    _, line = _me(model="llama-7b", device="a100-40gb", precision="bf16 mixed",
+    _, line = _me(model="llama-7b", device="a100-40gb", precision="bf16 autocast",
                   optimizer="sgd", batch_size=4)()
     assert line == "simulated: 120.3 GiB (OUT OF MEMORY); step 4088.5 ms; 1.0 samples/s"
 
