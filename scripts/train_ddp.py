@@ -1,92 +1,60 @@
-"""Train a small model with DistributedDataParallel under torchrun (the notebook's code).
+"""Train a small model with DDP under torchrun (written by notebooks/05_ddp.ipynb).
 
-One machine, N processes (LO is the loopback interface: lo on Linux, lo0 on macOS):
-
-    GLOO_SOCKET_IFNAME=LO torchrun --standalone --nproc_per_node=2 scripts/train_ddp.py
-
-Two "nodes" on one machine (run each line in its own terminal; PORT is any free port):
-
-    GLOO_SOCKET_IFNAME=LO torchrun --nnodes=2 --nproc_per_node=1 --node_rank=0 \\
-        --rdzv-endpoint=127.0.0.1:PORT scripts/train_ddp.py
-    GLOO_SOCKET_IFNAME=LO torchrun --nnodes=2 --nproc_per_node=1 --node_rank=1 \\
-        --rdzv-endpoint=127.0.0.1:PORT scripts/train_ddp.py
-
-`python -m dpsim.runtime.torchrun_commands` prints these lines for this machine, with its
-loopback interface and a free port filled in.
-
-torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for every process;
-the training itself is `dpsim.labs.ch05_ddp.ddp_train.train_rank`, the function the notebook
-launches. Every rank prints its final checksum (the sum of |parameters|), equal on all.
-
-A rank ends with `exit_without_teardown`, not with the interpreter's own teardown: the gloo
-process group outlives `destroy_process_group` (importing torch._dynamo, which DDP does,
-keeps references to it), so its worker threads are still alive when Python finalizes, and
-one of them may still be freeing the last collective's work, whose saved thread-local state
-holds a Python object (the contextvars.Context every backward pass stashes). Freeing it takes
-the GIL; a thread that asks for the GIL while Python finalizes is ended with pthread_exit,
-whose unwinding through that C++ destructor aborts the process ("terminate called without an
-active exception", SIGABRT) after the rank has done all its work.
+    torchrun --standalone --nproc-per-node=2 scripts/train_ddp.py --steps 5
 """
-
-from __future__ import annotations
-
 import argparse
 import os
-import sys
-import traceback
 
-from dpsim.runtime.process_exit import exit_without_teardown
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=5)
+parser.add_argument("--batch-size", type=int, default=16)  # per process
+args = parser.parse_args()
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options: a few steps of a tiny model by default."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per process")
-    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
-    parser.add_argument("--hidden", type=int, default=64, help="hidden width / channels")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
-                        help="auto: nccl when every local process has a GPU, else gloo")
-    return parser.parse_args(argv)
+# torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+local_rank = int(os.environ["LOCAL_RANK"])
+on_gpu = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
+if on_gpu:
+    torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl" if on_gpu else "gloo")  # reads the variables above
+rank, world_size = dist.get_rank(), dist.get_world_size()
+device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+if rank == 0:
+    print(f"world_size {world_size}, backend {dist.get_backend()}", flush=True)
 
+g = torch.Generator().manual_seed(0)  # the same data and model on every rank
+x_all, y_all = torch.randn(512, 48, generator=g), torch.randint(0, 10, (512,), generator=g)
+dataset = TensorDataset(x_all, y_all)
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(48, 64), nn.ReLU(), nn.Linear(64, 10)).to(device)
+model = DDP(net, device_ids=[local_rank] if on_gpu else None)  # broadcasts rank 0's parameters
+# each rank its own share of the shuffled indices (rank and world size: from the group)
+sampler: DistributedSampler[int] = DistributedSampler(dataset, shuffle=True, seed=0)
+loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-def main(argv: list[str] | None = None) -> int:
-    """Join the process group torchrun prepared, train, print the checksum."""
-    args = parse_args(argv)
-    import torch
-    import torch.distributed as dist
+step, epoch = 0, 0
+while step < args.steps:
+    sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+    for x, y in loader:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()  # all-reduces the gradients, bucket by bucket
+        opt.step()
+        step += 1
+        if step == args.steps:
+            break
+    epoch += 1
 
-    from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig, train_rank
-    from dpsim.runtime.launch import choose_backend
-
-    if "RANK" not in os.environ:
-        print("run me with torchrun (see the top of this file)", file=sys.stderr)
-        return 2
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    # check=False: an explicit --backend nccl goes to torch unchecked; torch says what is missing.
-    backend = choose_backend(args.backend, local_world, check=False)
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend)  # reads the torchrun environment
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    if rank == 0:
-        print(f"world_size {world_size}, backend {backend}", flush=True)
-    cfg = DDPRunConfig(model=args.model, hidden=args.hidden, batch_size=args.batch_size,
-                       steps=args.steps, seed=args.seed, progress=False)
-    run = train_rank(rank, world_size, cfg)
-    print(f"rank {rank}/{world_size}: final loss {run.losses[-1]:.4f}, "
-          f"checksum {run.checksum_final:.6f}", flush=True)
-    dist.barrier()  # no rank tears its connections down while a peer still uses them
-    dist.destroy_process_group()  # drops torch.distributed's references; gloo's threads live on
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        exit_code = main()
-    except Exception:  # a failed rank: its traceback and exit code 1, as Python would
-        traceback.print_exc()
-        exit_code = 1
-    exit_without_teardown(exit_code)
+checksum = sum(p.detach().double().abs().sum().item() for p in model.parameters())
+print(f"rank {rank}/{world_size}: final loss {loss.item():.4f}, checksum {checksum:.6f}",
+      flush=True)
+dist.barrier()  # no rank leaves while a peer still talks to it
+dist.destroy_process_group()
+os._exit(0)  # skip Python's teardown: gloo's threads outlive it (dpsim.runtime.process_exit)

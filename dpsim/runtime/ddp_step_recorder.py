@@ -58,7 +58,9 @@ class DDPRecorder:
     ended (`step_events`).
     """
 
-    def __init__(self, ddp: Any) -> None:
+    def __init__(self, ddp: Any, register: bool = True) -> None:
+        """Make the hooks; `register=False` leaves `ddp.register_comm_hook(None,
+        recorder.hook)` to the caller (chapter 5 attaches it in view)."""
         self.ddp = ddp
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
@@ -75,7 +77,9 @@ class DDPRecorder:
         self._learning = [True]  # noting which parameters each bucket holds
         self._t0 = 0.0
         self._step = 0
-        ddp.register_comm_hook(None, self._make_hook())
+        self.hook = self._make_hook()  # the comm hook: stamps a bucket, then all-reduces it
+        if register:
+            ddp.register_comm_hook(None, self.hook)
         self._handles = [p.register_post_accumulate_grad_hook(self._ready_hook(i))
                          for i, (_, p) in enumerate(params)]
 

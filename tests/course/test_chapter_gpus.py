@@ -71,7 +71,7 @@ def probe(chapter: Chapter) -> Callable[[int], bool]:
     if chapter.number in (2, 5):
         return _nccl_for(_ints(r"WORLD_SIZE = (\d+)", code))
     if chapter.number == 6:
-        return _nccl_for(_ints(r"run_fsdp_models\((\d+)", code))
+        return _nccl_for(_ints(r"launch\(train_fsdp, world_size=(\d+)", code))
     if chapter.number == 8:  # gloo ranks, plus claim 17's two NCCL ranks on one GPU
         assert "Lab(" in code
         from dpsim.labs.ch08_myths.myths_lab import nccl_two_ranks_one_gpu  # the GPU run it adds

@@ -29,6 +29,7 @@ from scripts.gpu_bundle import (
     problems,
     wheel_requirements,
 )
+from tests.support.cell_dependencies import python_source
 from tests.support.sources import ROOT, syntax
 
 CHECK_NOTEBOOKS = ("01_single_device", "03_data_parallel", "05_ddp", "06_fsdp", "08_myths_lab",
@@ -59,9 +60,8 @@ def notebook_imports(name: str) -> set[str]:
     for cell in cells:
         if cell["cell_type"] != "code":
             continue
-        lines = "".join(cell["source"]).splitlines()
-        names |= top_level_imports(ast.parse("\n".join(
-            ln for ln in lines if not ln.lstrip().startswith(("%", "!")))))
+        # IPython's own reading: magics and shell escapes (`out = !cmd`) become calls
+        names |= top_level_imports(ast.parse(python_source("".join(cell["source"]))))
     return names
 
 

@@ -29,6 +29,10 @@ API_IN_VIEW: dict[str, list[str]] = {
                          "parallel_apply", "gather"],
 
     # chapters 05-06
+    "05_ddp": ["init_process_group", "DistributedSampler", "set_epoch", "DistributedDataParallel",
+               "no_sync", "register_comm_hook", "static_graph", "torchrun"],
+    "06_fsdp": ["init_device_mesh", "fully_shard", "reshard_after_forward", "to_local",
+                "full_tensor", "set_requires_gradient_sync"],
 
     # chapters 09-10
 
@@ -42,6 +46,8 @@ LEAN: list[str] = [
     "03_data_parallel",
 
     # chapters 05-06
+    "05_ddp",
+    "06_fsdp",
 
     # chapters 07-11
     "11_how_far_to_trust_dpsim",

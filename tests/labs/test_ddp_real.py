@@ -1,4 +1,4 @@
-"""Real DDP on gloo ranks: same model as one process, real buckets, the four options.
+"""Real DDP on gloo ranks: same model as one process, real buckets, no_sync (chapter 8's).
 
 Everything runs in ONE launch of 2 ranks (module fixture) to keep the file fast.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpsim.labs.ch05_ddp.ddp_options import options_rank
+from dpsim.labs.ch05_ddp.ddp_options import no_sync_demo
 from dpsim.labs.ch05_ddp.ddp_recorder import (
     RankRecording,
     gradient_ready_order,
@@ -57,7 +57,7 @@ def runs() -> list[dict[str, Any]]:
     return launch(lambda rank, ws: {
         "train": train_rank(rank, ws, TRAIN),
         "buckets": [record_rank(rank, ws, cfg, warmup=2) for cfg in models],
-        "options": options_rank(rank, ws),
+        "no_sync": no_sync_demo(rank),
     }, WORLD_SIZE, backend="gloo", timeout_s=150)
 
 
@@ -148,44 +148,12 @@ def test_the_recorded_step_is_a_consistent_trace(runs: list[dict[str, Any]]) -> 
 
 @pytest.mark.slow
 def test_no_sync_accumulates_without_all_reduce(runs: list[dict[str, Any]]) -> None:
-    demo = runs[0]["options"]["no_sync"]
+    demo = runs[0]["no_sync"]
     assert demo["all_reduce_calls_without_no_sync"] == demo["micro_batches"]
     assert demo["all_reduce_calls_with_no_sync"] == 1
     assert demo["max_grad_difference"] < TOLERANCE
     # losses divided by k: the accumulated gradient is the k-times batch's (not k times it)
     assert demo["max_grad_difference_vs_big_batch"] < TOLERANCE
-
-
-@pytest.mark.slow
-def test_find_unused_parameters(runs: list[dict[str, Any]]) -> None:
-    demo = runs[0]["options"]["find_unused_parameters"]
-    assert demo["steps_done_find_unused_False"] == 1
-    assert "find_unused_parameters" in demo["error_find_unused_False"] or \
-        "Expected to have finished reduction" in demo["error_find_unused_False"]
-    assert demo["steps_done_find_unused_True"] == 3
-    assert demo["error_find_unused_True"] == ""
-
-
-@pytest.mark.slow
-def test_broadcast_buffers(runs: list[dict[str, Any]]) -> None:
-    demo = runs[0]["options"]["broadcast_buffers"]
-    assert demo["buffer_spread_broadcast_True"] == 0.0
-    assert demo["buffer_spread_broadcast_False"] > 1e-3
-    # torch's own rule: the deprecated broadcast_buffers=False also skips the copy of rank
-    # 0's buffers at construction; forward_sync_buffers=False still makes it
-    assert demo["buffer_spread_at_wrap_broadcast_buffers_False"] > 0.5
-    if demo["forward_sync_buffers_available"]:
-        assert demo["buffer_spread_at_wrap_forward_sync_False"] == 0.0
-        assert "deprecated" in demo["broadcast_buffers_warning"]
-
-
-@pytest.mark.slow
-def test_gradient_as_bucket_view(runs: list[dict[str, Any]]) -> None:
-    demo = runs[0]["options"]["gradient_as_bucket_view"]
-    n_params = demo["grad_tensors_view_False"]
-    assert demo["grad_storages_view_False"] == n_params  # one storage per gradient
-    assert 1 < demo["grad_storages_view_True"] < n_params  # the buckets' storages
-    assert demo["grad_bytes_view_True"] == demo["grad_bytes_view_False"]
 
 
 def test_bad_configs_are_refused_before_launching() -> None:

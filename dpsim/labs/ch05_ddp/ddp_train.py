@@ -1,8 +1,10 @@
 """A real DistributedDataParallel training run, and the one process it must agree with.
 
 `train_rank` is the per-process training code (DistributedSampler with set_epoch, DDP,
-a tqdm bar on rank 0); `run_ddp` launches it on N ranks from a notebook and
-`scripts/train_ddp.py` runs the same function under torchrun. `train_global_batch`
+a tqdm bar on rank 0); `run_ddp` launches it on N ranks (tests, scripts/record_gpu.py,
+benchmarks). Chapter 5 writes its own loop in its cells, and the script it runs under
+torchrun is scripts/train_ddp.py; the model and data builders here serve its recording
+cell. `train_global_batch`
 trains one process on the union of the ranks' batches: DDP must end with the same
 parameters (up to float32 summation order).
 """
