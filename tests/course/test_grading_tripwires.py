@@ -102,8 +102,10 @@ def learner(exercise_id: str, how: str) -> Callable[..., Any]:
         sent = fresh("dpsim.sim.collectives.cost.bytes_sent_per_rank")
         return list(sent("all_reduce", nbytes, world_size, algorithm))
 
-    return {"6.2": shard_6_2, "9.1": amp_9_1, "9.3": materialize_9_3, "10.2": reshard_10_2,
-            "10.3": traffic_10_3, "2.1": bytes_2_1}[exercise_id]
+    answers: dict[str, Callable[..., Any]] = {
+        "2.1": bytes_2_1, "6.2": shard_6_2, "9.1": amp_9_1, "9.3": materialize_9_3,
+        "10.2": reshard_10_2, "10.3": traffic_10_3}
+    return answers[exercise_id]
 
 
 EXERCISES = ("2.1", "6.2", "9.1", "9.3", "10.2", "10.3")
