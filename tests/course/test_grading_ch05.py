@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -151,7 +154,7 @@ def test_5_1_and_5_3_have_their_edge_cases() -> None:
 
 # --- 5.4 ----------------------------------------------------------------------------------
 def train_ddp(rank, world_size, init_method, data, config, checkpoint_path,  # type: ignore[no-untyped-def]
-              use_no_sync=True):
+              use_no_sync=True, forward_inside=True, destroy=True):
     from contextlib import nullcontext
 
     from torch import nn
@@ -174,8 +177,10 @@ def train_ddp(rank, world_size, init_method, data, config, checkpoint_path,  # t
         sampler.set_epoch(epoch)
         for i, (x, y) in enumerate(loader):
             last = (i + 1) % k == 0
-            with nullcontext() if last or not use_no_sync else ddp.no_sync():
-                (nn.functional.mse_loss(ddp(x), y) / k).backward()
+            with nullcontext() if last or not use_no_sync or not forward_inside else ddp.no_sync():
+                loss = nn.functional.mse_loss(ddp(x), y) / k
+            with nullcontext() if last or not use_no_sync or forward_inside else ddp.no_sync():
+                loss.backward()
             if last:
                 opt.step()
                 opt.zero_grad()
@@ -183,7 +188,8 @@ def train_ddp(rank, world_size, init_method, data, config, checkpoint_path,  # t
         torch.save(ddp.module.state_dict(), checkpoint_path)
     dist.barrier()
     state = torch.load(checkpoint_path, map_location="cpu")
-    dist.destroy_process_group()
+    if destroy:
+        dist.destroy_process_group()
     return state
 
 
@@ -191,14 +197,29 @@ def train_without_no_sync(rank, world_size, init_method, data, config, path):  #
     return train_ddp(rank, world_size, init_method, data, config, path, use_no_sync=False)
 
 
+def train_backward_only_in_no_sync(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
+    """What the old text said: only the backward inside no_sync (DDP still syncs)."""
+    return train_ddp(rank, world_size, init_method, data, config, path, forward_inside=False)
+
+
+def train_without_destroy(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
+    """Was a false pass: the check's harness destroyed the group left open."""
+    return train_ddp(rank, world_size, init_method, data, config, path, destroy=False)
+
+
 # The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
 # graded cell runs it (`PASS 5.4 (2/2)`, compared by nbval).
 @pytest.mark.slow
-def test_5_4_all_reduce_on_every_micro_batch_is_caught() -> None:
-    """Same parameters (accumulating synced gradients gives the same sum): the count says."""
-    result = run_check("5.4", train_without_no_sync)
-    assert not result.ok
-    assert "no_sync" in (result.message or ""), result.message
+@pytest.mark.parametrize(("fn", "words"), [
+    (train_without_no_sync, "the forward as well as the backward"),
+    (train_backward_only_in_no_sync, "a backward alone inside no_sync still all-reduces"),
+    (train_without_destroy, "you did not destroy the process group")])
+def test_5_4_mistakes_earn_0_with_their_own_hint(fn: Callable[..., Any], words: str) -> None:
+    """Synced micro-batches give the same parameters (the count says); so does a group left
+    open (each rank says)."""
+    result = run_check("5.4", fn)
+    assert result.passed == 0, result.message
+    assert words in (result.message or ""), result.message
 
 
 def test_5_4_reference_tells_the_mistakes_apart() -> None:

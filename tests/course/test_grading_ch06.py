@@ -298,7 +298,8 @@ def test_6_5_partition_follows_torch_rule() -> None:
 
 
 # --- 6.6 ----------------------------------------------------------------------------------
-def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=True):  # type: ignore[no-untyped-def]
+def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip="global", whole_batch=False,  # type: ignore[no-untyped-def]
+                root_only=False):
     import torch.distributed.checkpoint as dcp
     from torch import nn
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -310,13 +311,15 @@ def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=True):  # t
     x, y = torch.tensor(data["x"]), torch.tensor(data["y"])
     b = len(x) // world_size
     mine_x, mine_y = x[rank * b:(rank + 1) * b], y[rank * b:(rank + 1) * b]
+    if whole_batch:
+        mine_x, mine_y = x, y
 
     def build():  # type: ignore[no-untyped-def]
         torch.manual_seed(config["seed"])
         h = config["hidden"]
         model = nn.Sequential(nn.Linear(x.shape[1], h), nn.Tanh(), nn.Linear(h, h), nn.Tanh(),
                               nn.Linear(h, 1))
-        for block in (model[0], model[2], model[4]):
+        for block in () if root_only else (model[0], model[2], model[4]):
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         return model, torch.optim.Adam(model.parameters(), lr=config["lr"])
@@ -325,8 +328,14 @@ def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=True):  # t
         for _ in range(steps):
             optimizer.zero_grad()
             nn.functional.mse_loss(model(mine_x), mine_y).backward()
-            if clip:
+            if clip == "global":
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config["max_norm"])
+            elif clip == "local":  # each rank by the norm of its own shards
+                local = [p.grad.to_local() for p in model.parameters() if p.grad is not None]
+                norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in local]))
+                coef = torch.clamp(config["max_norm"] / (norm + 1e-6), max=1.0)
+                for g in local:
+                    g.mul_(coef)
             optimizer.step()
 
     model, optimizer = build()
@@ -344,16 +353,33 @@ def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=True):  # t
 
 
 def fsdp2_no_clip(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
-    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip=False)
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip="none")
+
+
+def fsdp2_local_norm(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip="local")
+
+
+def fsdp2_whole_batch(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
+    """Was a false pass: the mean gradient over the whole batch is the same on every rank."""
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, whole_batch=True)
+
+
+def fsdp2_root_only(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
+    """Was a false pass: fully_shard on the root alone trains the same numbers."""
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, root_only=True)
 
 
 # The right answer on real ranks is not launched a second time here: solutions/06_fsdp.ipynb's
 # graded cell runs it (`PASS 6.6 (2/2)`, compared by nbval).
 @pytest.mark.slow
-def test_6_6_missing_clipping_is_caught() -> None:
-    result = run_check("6.6", fsdp2_no_clip)
-    assert not result.ok
-    assert "did not clip" in (result.message or ""), result.message
+@pytest.mark.parametrize(("fn", "words"), [
+    (fsdp2_no_clip, "did not clip"), (fsdp2_local_norm, "each rank's local norm"),
+    (fsdp2_whole_batch, "whole global batch"), (fsdp2_root_only, "not every Linear")])
+def test_6_6_mistakes_earn_0_with_their_own_hint(fn: Callable[..., Any], words: str) -> None:
+    result = run_check("6.6", fn)
+    assert result.passed == 0, result.message
+    assert words in (result.message or ""), result.message
 
 
 def test_6_6_reference_tells_the_mistakes_apart() -> None:
@@ -362,7 +388,9 @@ def test_6_6_reference_tells_the_mistakes_apart() -> None:
     for case in get_exercise("6.6").cases():
         spec = case.args[0][case.args[1]]
         right = case.expected["params"][0]
-        for kwargs in ({"clip": False}, {"resume": "no_optimizer"}, {"resume": "nothing"}):
+        ws = spec["world_size"]
+        for kwargs in ({"clip": "none"}, {"clip": "local", "world_size": ws},
+                       {"resume": "no_optimizer"}, {"resume": "nothing"}):
             wrong = reference_training(spec["data"], spec["config"], **kwargs)
             gap = max(abs(a - b) for k in right for a, b in zip(right[k], wrong[k], strict=True))
             assert gap > 100 * ABS_TOL, kwargs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from typing import Any
@@ -16,7 +17,8 @@ from dpsim.course.grading import run_check
 
 
 def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor, lr: float,
-            stop_at: int, *, keep_optimizer: bool = True, restart_at: int | None = None
+            stop_at: int, *, keep_optimizer: bool = True, restart_at: int | None = None,
+            rebuild: bool = True, load_model: bool = True, to_file: bool = True
             ) -> dict[str, Any]:
     """A learner's resume: checkpoint through a real file; the flags make the usual mistakes."""
     def fresh() -> tuple[nn.Linear, torch.optim.Adam]:
@@ -34,11 +36,15 @@ def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     train(model, opt, range(stop_at))
     with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "c.pt")
+        path: Any = os.path.join(d, "c.pt") if to_file else io.BytesIO()
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
-        model, opt = fresh()
+        if rebuild:
+            model, opt = fresh()
+        if not to_file:
+            path.seek(0)
         state = torch.load(path, weights_only=True)
-    model.load_state_dict(state["model"])
+    if load_model:
+        model.load_state_dict(state["model"])
     if keep_optimizer:
         opt.load_state_dict(state["optimizer"])
     train(model, opt, range(stop_at if restart_at is None else restart_at, len(xs)))
@@ -60,6 +66,81 @@ def test_10_1_restarting_at_step_0_is_named() -> None:
     r = run_check("10.1", lambda *a: _resume(*a, restart_at=0))
     assert r.message is not None
     assert "restarted at step 0" in r.message
+
+
+def test_10_1_going_on_with_the_old_objects_earns_0() -> None:
+    """Was a false pass: the old model and optimizer give the uninterrupted run's numbers."""
+    r = run_check("10.1", lambda *a: _resume(*a, rebuild=False))
+    assert r.passed == 0
+    assert "you went on with the model or optimizer you had before" in (r.message or "")
+
+
+def test_10_1_a_checkpoint_in_memory_earns_0() -> None:
+    """Was a false pass: torch.save into a BytesIO (no file) and back."""
+    r = run_check("10.1", lambda *a: _resume(*a, to_file=False))
+    assert r.passed == 0
+    assert "no checkpoint went through a file" in (r.message or "")
+
+
+def test_10_1_no_checkpoint_at_all_earns_0() -> None:
+    """Was a false pass: training straight through, with no checkpoint."""
+    def straight(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor,
+                 lr: float, stop_at: int) -> dict[str, Any]:
+        model = nn.Linear(xs.shape[2], weights["weight"].shape[0])
+        model.load_state_dict(weights)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        for s in range(len(xs)):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xs[s]), ys[s]).backward()
+            opt.step()
+        return {k: v.detach().tolist() for k, v in model.state_dict().items()}
+
+    r = run_check("10.1", straight)
+    assert r.passed == 0
+    assert "no checkpoint went through a file" in (r.message or "")
+
+
+def test_10_1_a_new_model_that_loaded_nothing_is_named() -> None:
+    """The hint "nothing was loaded" had no answer that reached it."""
+    r = run_check("10.1", lambda *a: _resume(*a, load_model=False))
+    assert r.passed == 0
+    assert "nothing was loaded" in (r.message or "")
+
+
+def test_10_1_save_and_load_imported_by_name_are_watched() -> None:
+    """`from torch import save, load` in the learner's cell: the check sees them too."""
+    namespace: dict[str, Any] = {}
+    exec(compile(
+        "import os, tempfile\n"
+        "import torch\n"
+        "from torch import nn, save, load\n"
+        "def resume(weights, xs, ys, lr, stop_at):\n"
+        "    def fresh():\n"
+        "        model = nn.Linear(xs.shape[2], weights['weight'].shape[0])\n"
+        "        return model, torch.optim.Adam(model.parameters(), lr=lr)\n"
+        "    def train(model, opt, steps):\n"
+        "        for s in steps:\n"
+        "            opt.zero_grad()\n"
+        "            nn.functional.cross_entropy(model(xs[s]), ys[s]).backward()\n"
+        "            opt.step()\n"
+        "    model, opt = fresh()\n"
+        "    model.load_state_dict(weights)\n"
+        "    opt = torch.optim.Adam(model.parameters(), lr=lr)\n"
+        "    train(model, opt, range(stop_at))\n"
+        "    with tempfile.TemporaryDirectory() as d:\n"
+        "        path = os.path.join(d, 'c.pt')\n"
+        "        with open(path, 'wb') as f:\n"
+        "            save({'model': model.state_dict(), 'optim': opt.state_dict()}, f)\n"
+        "        del model, opt\n"
+        "        model, opt = fresh()\n"
+        "        state = load(path, weights_only=True)\n"
+        "    model.load_state_dict(state['model'])\n"
+        "    opt.load_state_dict(state['optim'])\n"
+        "    train(model, opt, range(stop_at, len(xs)))\n"
+        "    return {k: v.detach().tolist() for k, v in model.state_dict().items()}\n",
+        "<learner>", "exec"), namespace)
+    assert run_check("10.1", namespace["resume"]).ok
+    assert namespace["save"] is torch.save  # put back
 
 
 def test_10_1_never_loading_fails() -> None:

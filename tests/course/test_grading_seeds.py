@@ -47,10 +47,8 @@ CHEAP = {"1.3", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "3.1", "3.2", "
 
 
 # Found by this test and left to the chapter's owner (the test fails if they are fixed, so
-# the list stays honest): 2.1 (chapter 2's module) has a seed whose cases never tell the
-# naive scheme's two mistakes from the right answer; 10.1 names a mistake it never computes.
-KNOWN = {"2.1": "one seed of 300: no case catches the naive scheme's mistakes",
-         "10.1": "'nothing was loaded' is a hint with no wrong answer (None) in every case"}
+# the list stays honest); none at present.
+KNOWN: dict[str, str] = {}
 
 
 def reply_of(answers: list[Any]) -> Reply:

@@ -13,12 +13,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import inspect
 import random
-import sys
-import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,75 +22,11 @@ import numpy as np
 from dpsim.course.exercises.ch02_p2p_answers import expected_answer, slips
 from dpsim.course.exercises.ch02_ranks import run_on_ranks
 from dpsim.course.grading.registry import Case, exercise
-from dpsim.course.grading.sandbox_worker import ForbiddenCall
 from dpsim.sim.collectives.cost import bytes_sent_per_rank
 from dpsim.sim.collectives.ring import chunk_bounds, ring_all_reduce_steps
 
 BYTES_SENT = "dpsim.sim.collectives.cost.bytes_sent_per_rank"
 STEPS = "dpsim.sim.collectives.ring.ring_all_reduce_steps"
-
-# --- the reference answers, however they are reached ------------------------------------
-# The exercise's `forbidden` tripwires replace the function object and its module's name;
-# a fresh copy (importlib.reload, spec_from_file_location, exec of the module's source)
-# escapes them. These runners also watch every Python call the learner's function makes
-# (sys.setprofile) for code compiled from the reference's own source, and fail the case
-# as a forbidden call when one runs.
-
-
-def _fingerprint(code: types.CodeType) -> tuple[bytes, tuple[str, ...]]:
-    return code.co_code, code.co_names
-
-
-def _reference_code(dotted: str) -> tuple[bytes, tuple[str, ...]] | None:
-    """The fingerprint of the function `dotted` as compiled from its module's source file."""
-    module_name, _, attr = dotted.rpartition(".")
-    try:
-        path = inspect.getsourcefile(importlib.import_module(module_name))
-        with open(path or "", encoding="utf-8") as f:
-            code = compile(f.read(), path or "", "exec")
-    except (OSError, TypeError, SyntaxError):
-        return None
-    stack = [code]
-    while stack:
-        current = stack.pop()
-        if current.co_name == attr:
-            return _fingerprint(current)
-        stack += [c for c in current.co_consts if isinstance(c, types.CodeType)]
-    return None
-
-
-@contextlib.contextmanager
-def _watching(names: tuple[str, ...]) -> Iterator[None]:
-    """Raise ForbiddenCall (after the watched code returns) if a function compiled from
-    the source of one of `names` ran meanwhile."""
-    wanted = {fp: name for name in names if (fp := _reference_code(name)) is not None}
-    hits: list[str] = []
-
-    def profile(frame: types.FrameType, event: str, arg: Any) -> None:
-        if event == "call" and not hits:
-            name = wanted.get(_fingerprint(frame.f_code))
-            if name is not None:
-                hits.append(name)
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-    if hits:
-        raise ForbiddenCall(hits[0])
-
-
-def run_bytes(fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args), watched for the reference `bytes_sent_per_rank` reached around its
-    tripwire."""
-    with _watching((BYTES_SENT,)):
-        return fn(*args)
-
-
-BYTES_RUNNER: Callable[..., Any] = run_bytes  # Case.call: call(fn, *args)
-
 
 # --- 2.1 ----------------------------------------------------------------------------------
 
@@ -104,7 +35,9 @@ BYTES_RUNNER: Callable[..., Any] = run_bytes  # Case.call: call(fn, *args)
           points=1, forbidden=(BYTES_SENT,))
 def _bytes_sent_cases(rng: random.Random) -> Iterator[Case]:
     for algorithm in ("ring", "naive", "ring", "naive", "ring"):
-        n = rng.randint(2, 16)
+        # the naive scheme on 2 ranks sends [S, S] either way: "the sum back once" and "the
+        # ring's per-rank formula" give the same bytes, so naive cases have at least 3 ranks
+        n = rng.randint(2 if algorithm == "ring" else 3, 16)
         nbytes = n * 4 * rng.randint(1, 2**18)  # whole float32 elements per chunk
         s = nbytes
         expected = bytes_sent_per_rank("all_reduce", nbytes, n, algorithm)
@@ -129,8 +62,7 @@ def _bytes_sent_cases(rng: random.Random) -> Iterator[Case]:
                 "is per rank of a ring": [2 * half] * n,
             }
         yield Case(f"nbytes={nbytes}, world_size={n}, algorithm={algorithm!r}",
-                   args=(nbytes, n, algorithm), expected=expected, mistakes=mistakes,
-                   call=BYTES_RUNNER)
+                   args=(nbytes, n, algorithm), expected=expected, mistakes=mistakes)
 
 
 # --- 2.2 ----------------------------------------------------------------------------------
@@ -203,12 +135,10 @@ def _plain_steps(steps: Any) -> Any:
 
 
 def run_steps(fn: Callable[..., Any], arrays: list[list[int]]) -> dict[str, Any] | None:
-    """Call fn on numpy copies of `arrays` (watched for the reference `ring_all_reduce_steps`
-    reached around its tripwire); its steps as lists, and whether the inputs came back
-    unchanged."""
+    """Call fn on numpy copies of `arrays`; its steps as lists, and whether the inputs came
+    back unchanged."""
     given = [np.array(a, dtype=np.int64) for a in arrays]
-    with _watching((STEPS,)):
-        steps = fn(given)
+    steps = fn(given)
     if steps is None:
         return None
     return {"steps": _plain_steps(steps),
@@ -217,8 +147,6 @@ def run_steps(fn: Callable[..., Any], arrays: list[list[int]]) -> dict[str, Any]
 
 
 STEPS_RUNNER: Callable[..., Any] = run_steps  # Case.call: call(fn, *args)
-
-
 
 
 # --- 2.3 to 2.7: on real gloo ranks --------------------------------------------------------

@@ -4,7 +4,8 @@ The learner's `train_ddp(rank, world_size, init_method, data, config, checkpoint
 joins the process group itself, trains with `DistributedSampler` + `set_epoch`, gradient
 accumulation under `no_sync`, saves a rank-0 checkpoint behind a barrier and loads it back.
 The reference is one process on the global batch (torch's own DistributedSampler order);
-DDP's all-reduces are counted by a comm hook the check attaches to every DDP it builds.
+DDP's all-reduces are counted by a comm hook the check attaches to every DDP it builds, and
+each rank says whether the learner's function destroyed its process group before returning.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def _train_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict
         loaded = fn(rank, world_size, init_method, spec["data"], spec["config"], checkpoint)
     finally:
         DDP.__init__ = original  # type: ignore[method-assign]
-    out: dict[str, Any] = {"loaded": _plain_state(loaded), "synced_backwards": len(calls)}
+    import torch.distributed as dist
+
+    out: dict[str, Any] = {"loaded": _plain_state(loaded), "synced_backwards": len(calls),
+                           "destroyed_the_group": not dist.is_initialized()}
     if rank == 0:
         out["checkpoint"] = (_state(torch.load(checkpoint, map_location="cpu"))
                              if os.path.exists(checkpoint) else "no file at checkpoint_path")
@@ -103,10 +107,12 @@ def _plain_state(value: Any) -> Any:
 
 def run_training(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
                  ) -> dict[str, Any]:
-    """Case `index`: the checkpoint file, what every rank loaded, synced backwards per rank."""
+    """Case `index`: the checkpoint file, what every rank loaded, synced backwards per rank,
+    and whether each rank destroyed its process group."""
     ranks = run_specs(_train_worker, fn, specs)[index]
     return {"checkpoint": ranks[0]["checkpoint"], "loaded": [r["loaded"] for r in ranks],
-            "synced_backwards": [r["synced_backwards"] for r in ranks]}
+            "synced_backwards": [r["synced_backwards"] for r in ranks],
+            "destroyed_the_group": [r["destroyed_the_group"] for r in ranks]}
 
 
 def _spec(rng: random.Random, world_size: int, accum_steps: int) -> dict[str, Any]:
@@ -123,6 +129,12 @@ def _spec(rng: random.Random, world_size: int, accum_steps: int) -> dict[str, An
             "config": config}
 
 
+NO_SYNC = ("DDP all-reduced on every micro-batch: put the forward as well as the backward of "
+           "the first accum_steps - 1 micro-batches inside `with model.no_sync():` (DDP "
+           "decides in the forward whether the backward syncs: a backward alone inside "
+           "no_sync still all-reduces)")
+
+
 @exercise("5.4", function="train_ddp", title="A complete DDP training function", points=4)
 def _train_cases(rng: random.Random) -> Iterator[Case]:
     specs = [_spec(rng, 2, 2), _spec(rng, 3, 3)]
@@ -133,8 +145,10 @@ def _train_cases(rng: random.Random) -> Iterator[Case]:
             ws * config["batch_per_rank"] * config["accum_steps"])
         n_micro = n_steps * config["accum_steps"]
 
-        def outcome(state: Any, synced: int = n_steps, ws: int = ws) -> dict[str, Any]:
-            return {"checkpoint": state, "loaded": [state] * ws, "synced_backwards": [synced] * ws}
+        def outcome(state: Any, synced: int = n_steps, ws: int = ws, destroyed: bool = True
+                    ) -> dict[str, Any]:
+            return {"checkpoint": state, "loaded": [state] * ws, "synced_backwards": [synced] * ws,
+                    "destroyed_the_group": [destroyed] * ws}
 
         label = (f"{ws} gloo ranks, {len(spec['data']['x'])} samples, batch_per_rank="
                  f"{config['batch_per_rank']}, accum_steps={config['accum_steps']}, "
@@ -151,8 +165,10 @@ def _train_cases(rng: random.Random) -> Iterator[Case]:
                        "you stepped the optimizer after every micro-batch instead of every "
                        "accum_steps": outcome(reference_training(
                            spec["data"], config, ws, accumulate=False), n_micro),
-                       "DDP all-reduced on every micro-batch: run the first accum_steps - 1 "
-                       "backwards inside `with model.no_sync():`": outcome(right, n_micro),
+                       NO_SYNC: outcome(right, n_micro),
+                       "you did not destroy the process group: call "
+                       "dist.destroy_process_group() before returning (a group left open "
+                       "keeps its connections and threads)": outcome(right, destroyed=False),
                        "you saved the DDP wrapper's state_dict (its keys start with "
                        "'module.'); save model.module.state_dict()":
                            outcome({f"module.{k}": v for k, v in right.items()}),

@@ -6,11 +6,17 @@ process group: it wraps each Linear with `fully_shard` and then the root (with a
 saves model and optimizer with `torch.distributed.checkpoint`, builds everything afresh,
 loads the checkpoint and trains on. The reference is one process that trains the same
 model on the global batch without stopping; the checkpoint directory is read back to see
-that every rank wrote its own shards.
+that every rank wrote its own shards. While the learner's function runs, a forward hook on
+every module (torch's global one) records the largest batch a rank's forward saw (its own
+shard of the batch, not the global batch: both give the same gradients, so only this tells
+them apart) and whether every Linear that ran was a `fully_shard`ed module (root only: the
+same numbers too).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -35,9 +41,12 @@ def make_model(in_features: int, hidden: int, seed: int) -> nn.Module:
 
 
 def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any], *,
-                       clip: bool = True, resume: str = "all") -> dict[str, list[float]]:
-    """One process, the global batch, no stop. resume: "all", "no_optimizer" (Adam restarts
-    at the checkpoint), "nothing" (training restarts from the initial model)."""
+                       clip: str = "global", resume: str = "all", world_size: int = 1
+                       ) -> dict[str, list[float]]:
+    """One process, the global batch, no stop. clip: "global" (torch's clip_grad_norm_),
+    "none", or "local" (each of `world_size` ranks clips its dim-0 shards by their own norm);
+    resume: "all", "no_optimizer" (Adam restarts at the checkpoint), "nothing" (training
+    restarts from the initial model)."""
     x, y = torch.tensor(data["x"]), torch.tensor(data["y"])
     model = make_model(x.shape[1], config["hidden"], config["seed"])
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
@@ -48,10 +57,27 @@ def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any
             opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
         opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
-        if clip:
+        if clip == "global":
             torch.nn.utils.clip_grad_norm_(model.parameters(), config["max_norm"])
+        elif clip == "local":
+            _clip_shards_locally(list(model.parameters()), config["max_norm"], world_size)
         opt.step()
     return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
+
+
+def _clip_shards_locally(params: list[nn.Parameter], max_norm: float, world_size: int
+                         ) -> None:
+    """Each rank scales its FSDP2 shards (torch.chunk of dim 0) by max_norm over the norm
+    of its own shards only, as clip_grad_norm_ on `.to_local()` gradients would."""
+    grads = [p.grad for p in params if p.grad is not None]
+    shards = [list(torch.chunk(g, world_size, dim=0)) for g in grads]
+    for rank in range(world_size):
+        mine = [s[rank] for s in shards if rank < len(s)]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t)
+                                                     for t in mine])) if mine else 0.0
+        coef = torch.clamp(max_norm / (torch.as_tensor(norm) + 1e-6), max=1.0)
+        for t in mine:
+            t.mul_(coef)  # chunks are views: the full gradient changes
 
 
 def _chunks(checkpoint_dir: str) -> int | str:
@@ -66,18 +92,42 @@ def _chunks(checkpoint_dir: str) -> int | str:
     return len(getattr(meta[keys[0]], "chunks", [])) if keys else "no model weights saved"
 
 
+@contextlib.contextmanager
+def _watching_forwards(seen: dict[str, Any]) -> Iterator[None]:
+    """Record, for every module forward while inside: the largest leading dimension of its
+    first tensor input ("rows"), and whether every nn.Linear that ran was an FSDPModule."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+        first = next((a for a in args if torch.is_tensor(a)), None)
+        if first is not None and first.dim() > 0:
+            seen["rows"] = max(seen["rows"], int(first.shape[0]))
+        if isinstance(module, nn.Linear) and not isinstance(module, FSDPModule):
+            seen["every_linear_sharded"] = False
+
+    handle = register_module_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def _fsdp2_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
                   init_method: str, path: str) -> dict[str, Any]:
-    """On a real rank: the learner's training; its parameters; the checkpoint's layout."""
+    """On a real rank: the learner's training; its parameters; the batch its forwards saw
+    and whether its Linears were sharded; the checkpoint's layout."""
     import torch.distributed as dist
 
     checkpoint_dir = path + "_checkpoint"
+    seen: dict[str, Any] = {"rows": 0, "every_linear_sharded": True}
     with join(rank, world_size, init_method):
-        params = fn(rank, world_size, spec["data"], spec["config"], checkpoint_dir)
+        with _watching_forwards(seen):
+            params = fn(rank, world_size, spec["data"], spec["config"], checkpoint_dir)
         dist.barrier()
         out: dict[str, Any] = {"params": params if not isinstance(params, dict) else {
             str(k): (v.flatten().tolist() if torch.is_tensor(v) else v)
-            for k, v in params.items()}}
+            for k, v in params.items()}, **seen}
         if rank == 0:
             out["chunks"] = _chunks(checkpoint_dir)
             out["files"] = sorted(f for f in os.listdir(checkpoint_dir) if f.endswith(".distcp")
@@ -87,10 +137,37 @@ def _fsdp2_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict
 
 def run_fsdp2(fn: Callable[..., Any], specs: list[dict[str, Any]], index: int
               ) -> dict[str, Any]:
-    """Case `index`: every rank's full parameters, the saved weight's pieces, writer ranks."""
+    """Case `index`: every rank's full parameters, the saved weight's pieces, writer ranks,
+    the largest batch each rank's forwards saw, whether each rank's Linears were sharded."""
     ranks = run_specs(_fsdp2_worker, fn, specs)[index]
     return {"params": [r["params"] for r in ranks], "weight_saved_in_pieces": ranks[0]["chunks"],
-            "ranks_that_wrote_shards": len(ranks[0]["files"])}
+            "ranks_that_wrote_shards": len(ranks[0]["files"]),
+            "rows_per_forward": [r["rows"] for r in ranks],
+            "every_linear_sharded": [r["every_linear_sharded"] for r in ranks]}
+
+
+WHOLE_BATCH = ("every rank trained on the whole global batch: rank r takes only its own "
+               "rows, x[r * b:(r + 1) * b] with b = len(x) // world_size (the gradients "
+               "come out the same, the work does not shrink)")
+ROOT_ONLY = ("not every Linear was sharded on its own: call fully_shard on each Linear, "
+             "then on the root (the root alone gathers the whole model at once)")
+LOCAL_NORM = ("you clipped by each rank's local norm (of its own shards, .to_local()); "
+              "call torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) on the "
+              "DTensor parameters: it clips by the global norm over all ranks")
+
+
+def _explain(rows: int, answer: Any) -> str | None:
+    """The batch and sharding mistakes, from the answer's own fields (the parameters come
+    out right with either)."""
+    if not isinstance(answer, dict):
+        return None
+    seen = answer.get("rows_per_forward")
+    if isinstance(seen, list) and any(isinstance(r, int) and r > rows for r in seen):
+        return WHOLE_BATCH
+    sharded = answer.get("every_linear_sharded")
+    if isinstance(sharded, list) and False in sharded:
+        return ROOT_ONLY
+    return None
 
 
 def _spec(rng: random.Random, world_size: int) -> dict[str, Any]:
@@ -110,27 +187,33 @@ def _spec(rng: random.Random, world_size: int) -> dict[str, Any]:
 def _fsdp2_cases(rng: random.Random) -> Iterator[Case]:
     specs = [_spec(rng, 2), _spec(rng, 3)]
     for index, spec in enumerate(specs):
-        ws, config = spec["world_size"], spec["config"]
+        ws, config, data = spec["world_size"], spec["config"], spec["data"]
+        rows = len(data["x"]) // ws
 
-        def outcome(params: dict[str, list[float]], ws: int = ws) -> dict[str, Any]:
+        def outcome(params: dict[str, list[float]], ws: int = ws, rows: int = rows,
+                    sharded: bool = True) -> dict[str, Any]:
             return {"params": [params] * ws, "weight_saved_in_pieces": ws,
-                    "ranks_that_wrote_shards": ws}
+                    "ranks_that_wrote_shards": ws, "rows_per_forward": [rows] * ws,
+                    "every_linear_sharded": [sharded] * ws}
 
-        label = (f"{ws} gloo ranks, {len(spec['data']['x'])} samples, hidden="
+        right = reference_training(data, config)
+        label = (f"{ws} gloo ranks, {len(data['x'])} samples, hidden="
                  f"{config['hidden']}, max_norm={config['max_norm']}, "
                  f"{config['steps_before']} steps, checkpoint, {config['steps_after']} steps")
-        yield Case(label, args=(specs, index),
-                   expected=outcome(reference_training(spec["data"], config)),
-                   call=run_fsdp2, abs_tol=ABS_TOL, mistakes={
+        yield Case(label, args=(specs, index), expected=outcome(right),
+                   call=run_fsdp2, abs_tol=ABS_TOL, explain=functools.partial(_explain, rows),
+                   mistakes={
+                       WHOLE_BATCH: outcome(right, rows=ws * rows),
+                       ROOT_ONLY: outcome(right, sharded=False),
                        "you did not clip the gradients (clip_grad_norm_ works on the "
                        "sharded DTensor gradients)":
-                           outcome(reference_training(spec["data"], config, clip=False)),
+                           outcome(reference_training(data, config, clip="none")),
+                       LOCAL_NORM: outcome(reference_training(data, config, clip="local",
+                                                              world_size=ws)),
                        "the optimizer state was not restored: save and load it with the "
                        "model (get_state_dict / set_state_dict)":
-                           outcome(reference_training(spec["data"], config,
-                                                      resume="no_optimizer")),
+                           outcome(reference_training(data, config, resume="no_optimizer")),
                        "the loaded checkpoint never reached the model: training restarted "
                        "from the initial parameters":
-                           outcome(reference_training(spec["data"], config,
-                                                      resume="nothing")),
+                           outcome(reference_training(data, config, resume="nothing")),
                    })

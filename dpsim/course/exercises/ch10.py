@@ -4,12 +4,23 @@ Every right answer is computed here with torch itself (an uninterrupted training
 `torch.chunk`, the split FSDP2 uses) or, for the traffic formula, with the FSDP paper's
 formulas in `dpsim.sim.strategies.fsdp.hsdp` (which the learner may not call). Arguments are plain
 data and tensors; answers are plain data.
+
+10.1's harness (`run_resume`) watches the learner's run: which file `torch.save` wrote and
+whether `torch.load` read it back, and, through torch's global module and optimizer hooks,
+what the first forward and step after the save ran on (a model or optimizer that worked
+before the save, a new model holding other values than the saved ones, or the checkpoint's).
+Going on with the old objects gives the same numbers as a real resume; only this tells them
+apart.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,6 +46,142 @@ def _train(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor,
     return {k: v.detach().tolist() for k, v in model.state_dict().items()}
 
 
+FROM_CHECKPOINT = "the checkpoint"
+NO_FILE = "no checkpoint file: torch.save to a path, then torch.load of that path"
+OLD_OBJECTS = "the model or optimizer from before the checkpoint"
+NOTHING_LOADED = "a new model that loaded nothing"
+HINTS = {
+    NO_FILE: "no checkpoint went through a file: save with torch.save(..., path) into the "
+             "temporary directory and read it back with torch.load(path, weights_only=True)",
+    OLD_OBJECTS: "you went on with the model or optimizer you had before the checkpoint; "
+                 "the job died, so build new ones and load the checkpoint into them",
+    NOTHING_LOADED: "nothing was loaded: the fresh model trained from its own initial "
+                    "values (call model.load_state_dict(state[...]) on the new model)",
+}
+
+
+def _path(f: Any) -> str | None:
+    """The file a torch.save/torch.load argument names (a path, or an open file's name)."""
+    name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
+    return os.path.realpath(os.fspath(name)) if isinstance(name, (str, os.PathLike)) else None
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    if torch.is_tensor(obj):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+class _ResumeWatch:
+    """What the learner's run did with its checkpoint (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.saved: set[str] = set()
+        self.loaded = False
+        self.copies: list[torch.Tensor] = []  # the saved float tensors, as saved
+        self.before: weakref.WeakSet[Any] = weakref.WeakSet()  # modules, optimizers used
+        self.after: str | None = None  # what the first forward/step after the save ran on
+
+    def save(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            out = real(obj, f, *args, **kwargs)
+            path = _path(f)
+            if path is not None:
+                self.saved.add(path)
+                self.copies = [t.detach().clone() for t in _tensors(obj)
+                               if t.is_floating_point()]
+            return out
+
+        return save
+
+    def load(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+            if _path(f) in self.saved:
+                self.loaded = True
+            return real(f, *args, **kwargs)
+
+        return load
+
+    def forward(self, module: nn.Module, args: Any) -> None:
+        if not self.saved:
+            self.before.add(module)
+        elif self.after is None:
+            if module in self.before:
+                self.after = OLD_OBJECTS
+            elif not all(any(p.shape == c.shape and torch.equal(p.detach(), c)
+                             for c in self.copies) for p in module.parameters()):
+                self.after = NOTHING_LOADED
+            else:
+                self.after = FROM_CHECKPOINT
+
+    def step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if not self.saved:
+            self.before.add(optimizer)
+        elif optimizer in self.before:
+            self.after = OLD_OBJECTS
+
+    def verdict(self) -> str:
+        if not (self.saved and self.loaded):
+            return NO_FILE
+        return self.after or FROM_CHECKPOINT
+
+
+@contextlib.contextmanager
+def _watching(watch: _ResumeWatch, fn: Callable[..., Any]) -> Iterator[None]:
+    """torch.save/torch.load wrapped (as torch's names, and in the learner's globals), and
+    the global forward and optimizer-step hooks on, while inside."""
+    import torch.serialization as serialization
+    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    real: dict[str, Callable[..., Any]] = {"save": serialization.save,
+                                           "load": serialization.load}
+    wrapped = {"save": watch.save(real["save"]), "load": watch.load(real["load"])}
+    names = getattr(fn, "__globals__", {})
+    undo: list[tuple[Any, str, Any]] = []
+    for owner in (torch, serialization):
+        for name in ("save", "load"):
+            undo.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, wrapped[name])
+    learner_names = {k: v for k, v in names.items() if v is real["save"] or v is real["load"]}
+    for key, value in learner_names.items():
+        names[key] = wrapped["save"] if value is real["save"] else wrapped["load"]
+    hooks = [register_module_forward_pre_hook(watch.forward),
+             register_optimizer_step_pre_hook(watch.step)]
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.remove()
+        names.update(learner_names)
+        for owner, name, value in undo:
+            setattr(owner, name, value)
+
+
+def run_resume(fn: Callable[..., Any], weights: dict[str, torch.Tensor], xs: torch.Tensor,
+               ys: torch.Tensor, lr: float, stop_at: int) -> dict[str, Any]:
+    """The learner's final parameters, and what training went on from after the save."""
+    watch = _ResumeWatch()
+    with _watching(watch, fn):
+        params = fn(weights, xs, ys, lr, stop_at)
+    return {"params": params, "resumed_from": watch.verdict()}
+
+
+def _explain_resume(answer: Any) -> str | None:
+    """The checkpoint's own mistakes, from what the run went on from."""
+    if isinstance(answer, dict):
+        return HINTS.get(answer.get("resumed_from"))  # type: ignore[arg-type]
+    return None
+
+
+RESUME_RUNNER: Callable[..., Any] = run_resume  # Case.call: call(fn, *args)
+
+
 @exercise("10.1", function="resume_exactly",
           title="Save a checkpoint, lose everything, resume and end where an uninterrupted run "
                 "ends", points=3)
@@ -50,17 +197,22 @@ def _resume_cases(rng: random.Random) -> Iterator[Case]:
         fresh_opt = [(s, s == stop_at) for s in range(steps)]
         again = [(s, False) for s in range(stop_at)] + [(s, False) for s in range(steps)]
         skipped = [(s, False) for s in range(steps) if s != stop_at]
+
+        def outcome(params: dict[str, list[float]], resumed: str = FROM_CHECKPOINT
+                    ) -> dict[str, Any]:
+            return {"params": params, "resumed_from": resumed}
+
         yield Case(f"{steps} steps of Adam(lr={lr}) on Linear({n_in}, {n_out}), interrupted "
                    f"after {stop_at} steps", args=(weights, xs, ys, lr, stop_at),
-                   expected=right, rel_tol=1e-6, abs_tol=1e-7, mistakes={
+                   expected=outcome(right), rel_tol=1e-6, abs_tol=1e-7, call=RESUME_RUNNER,
+                   explain=_explain_resume, mistakes={
                        "the optimizer state was not saved or not loaded (Adam started again "
-                       "from zero moments)": _train(weights, xs, ys, lr, fresh_opt),
+                       "from zero moments)": outcome(_train(weights, xs, ys, lr, fresh_opt)),
                        "training restarted at step 0 instead of at the step after the "
-                       "checkpoint": _train(weights, xs, ys, lr, again),
+                       "checkpoint": outcome(_train(weights, xs, ys, lr, again)),
                        "one step was skipped after resuming (off by one)":
-                           _train(weights, xs, ys, lr, skipped),
-                       "nothing was loaded: the fresh model trained from its own initial "
-                       "values": None,
+                           outcome(_train(weights, xs, ys, lr, skipped)),
+                       **{words: outcome(right, kind) for kind, words in HINTS.items()},
                    })
 
 

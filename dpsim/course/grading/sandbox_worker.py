@@ -10,8 +10,13 @@ forbidden name it called. Expected values never enter this process.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import inspect
+import sys
+import threading
 import traceback
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,16 +41,79 @@ def _restorer(owner: Any, attr: str, value: Any) -> Callable[[], None]:
     return lambda: setattr(owner, attr, value)
 
 
+Fingerprint = tuple[bytes, tuple[str, ...]]
+PROFILE_REMOVED = "sys.setprofile (the check watches which functions your code runs)"
+
+
+def _fingerprint(code: types.CodeType) -> Fingerprint:
+    return code.co_code, code.co_names
+
+
+@functools.lru_cache(maxsize=64)
+def reference_code(dotted: str) -> Fingerprint | None:
+    """The fingerprint (bytecode and names) of the function `dotted` (a module attribute,
+    perhaps re-exported) as compiled from the source file of the module that defines it:
+    what a fresh copy of it runs, however it was made. None for what has no Python source."""
+    module_name, _, attr = dotted.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+        home = importlib.import_module(getattr(obj, "__module__", None) or module_name)
+        path = inspect.getsourcefile(home)
+        with open(path or "", encoding="utf-8") as f:
+            code = compile(f.read(), path or "", "exec")
+    except (OSError, TypeError, SyntaxError, ImportError, AttributeError):
+        return None
+    name = getattr(obj, "__name__", attr)
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        if current.co_name == name and current is not code:
+            return _fingerprint(current)
+        stack += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+    return None
+
+
+class _Watcher:
+    """A profile function (sys.setprofile) that records the forbidden name when a function
+    compiled from a forbidden function's source starts: a copy made by importlib.reload,
+    spec_from_file_location + exec_module or exec of the module's source escapes the
+    tripwires on the name and the function object, not this."""
+
+    def __init__(self, forbidden: tuple[str, ...], tripped: list[str]) -> None:
+        self.wanted = {fp: name for name in forbidden if (fp := reference_code(name)) is not None}
+        self.tripped = tripped
+
+    def __call__(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            name = self.wanted.get(_fingerprint(frame.f_code))
+            if name is not None and not self.tripped:
+                self.tripped.append(name)
+
+    def intact(self) -> bool:
+        """Re-install the watcher if the learner's code removed it; False if it had."""
+        if sys.getprofile() is self:
+            return True
+        sys.setprofile(self)
+        return False
+
+
+_WATCHERS: list[_Watcher] = []  # the watcher of the tripwires now in place
+
+
 @contextlib.contextmanager
 def tripwires(forbidden: list[str] | tuple[str, ...]) -> Iterator[list[str]]:
     """Replace each dotted name (module attribute) by a tripwire; restore them on exit.
 
     The function object itself gets the tripwire's code too (when it has no closure), so a
     reference taken before (`from dpsim.sim.cost.memory import f`, a pickled reference) trips as
-    well.
+    well; and a watcher (sys.setprofile, and threading.setprofile for threads started
+    meanwhile) records a call of any function compiled from the forbidden function's own
+    source, so a fresh copy of its module trips too (`outcome` reads `tripped` after each
+    case).
     """
     tripped: list[str] = []
     undo: list[Callable[[], None]] = []
+    watcher = _Watcher(tuple(forbidden), tripped)  # before the code of any is replaced
     try:
         for name in forbidden:
             module_name, _, attr = name.rpartition(".")
@@ -59,10 +127,34 @@ def tripwires(forbidden: list[str] | tuple[str, ...]) -> Iterator[list[str]]:
                 stub = _coded_tripwire(name)
                 original.__code__ = stub
                 undo.append(_restorer(original, "__code__", code))
+        if forbidden:
+            undo.append(_profile_restorer(sys.getprofile(), threading.getprofile()))
+            sys.setprofile(watcher)
+            threading.setprofile(watcher)
+            _WATCHERS.append(watcher)
+            undo.append(_pop_watcher)
         yield tripped
     finally:
         for step in reversed(undo):
             step()
+
+
+def _pop_watcher() -> None:
+    _WATCHERS.pop()
+
+
+def _watched(tripped: list[str]) -> None:
+    """After a case: a removed watcher counts as a forbidden call (and is put back)."""
+    if _WATCHERS and not _WATCHERS[-1].intact() and not tripped:
+        tripped.append(PROFILE_REMOVED)
+
+
+def _profile_restorer(previous: Any, previous_threads: Any) -> Callable[[], None]:
+    def restore() -> None:
+        sys.setprofile(previous)
+        threading.setprofile(previous_threads)
+
+    return restore
 
 
 def _coded_tripwire(name: str) -> Any:
@@ -109,10 +201,12 @@ def outcome(index: int, fn: Any, call: Callable[..., Any] | None, args: tuple[An
     del tripped[:]
     try:
         answer = call(fn, *args, **kwargs) if call is not None else fn(*args, **kwargs)
+        _watched(tripped)
         if tripped:
             return encode({"i": index, "forbidden": tripped[0]})
         return encode({"i": index, "answer": to_plain(answer)})
     except BaseException as exc:  # learner code may raise anything, even SystemExit
+        _watched(tripped)
         if tripped or isinstance(exc, ForbiddenCall):
             return encode({"i": index, "forbidden": tripped[0] if tripped else str(exc)})
         try:
