@@ -124,6 +124,13 @@ def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
     else:
         args += ["--unshare-user", "--uid", str(BOX_UID), "--gid", str(BOX_UID),
                  "--disable-userns"]
+    # the empty file systems first: a bind below (a virtual environment under /tmp, say)
+    # lands on top of them instead of being hidden by them
+    size = str(limits.disk_bytes)
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
+             "--perms", "0777", "--size", size, "--tmpfs", BOX_HOME]
     for path in _SYSTEM:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -132,21 +139,16 @@ def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
     binds = [(path, path) for path in python_prefixes()]
     if lib is not None:
         binds.append((str(lib), BOX_LIB))
-    made: set[str] = set()
+    etc = _support_dir()
+    binds += [(str(etc / "hosts"), "/etc/hosts"), (str(etc / "passwd"), "/etc/passwd")]
+    made = {"/", "/proc", "/dev", "/tmp", "/dev/shm", BOX_HOME, *_SYSTEM}
     for source, target in binds:
         for parent in reversed(Path(target).parents[:-1]):  # readable by uid 65534
             if str(parent) not in made:
                 made.add(str(parent))
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", source, target]
-    etc = _support_dir()
-    args += ["--ro-bind", str(etc / "hosts"), "/etc/hosts",
-             "--ro-bind", str(etc / "passwd"), "/etc/passwd",
-             "--proc", "/proc", "--dev", "/dev"]
-    size = str(limits.disk_bytes)
-    args += ["--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",
-             "--perms", "0777", "--size", size, "--tmpfs", BOX_HOME, "--chdir", BOX_HOME]
+    args += ["--chdir", BOX_HOME]
     inside = {"HOME": BOX_HOME, "USER": "learner", "LOGNAME": "learner", "TMPDIR": "/tmp",
               "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", **env}
     for key, value in inside.items():
