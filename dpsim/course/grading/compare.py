@@ -45,6 +45,9 @@ def plain_value(value: Any) -> Any:
 
 def is_number(value: Any) -> bool:
     """A real number that is not a bool."""
+    kind = type(value)
+    if kind is int or kind is float:  # the usual case, without the abstract-class check
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -83,6 +86,10 @@ def _same(answer: Any, expected: Any, rel_tol: float, abs_tol: float, depth: int
             return math.isclose(a, e, rel_tol=rel_tol, abs_tol=abs_tol)
         return a == e
     if isinstance(expected, (list, tuple)):
+        if (not (rel_tol or abs_tol) and type(answer) is list and len(answer) == len(expected)
+                and all(type(e) is int for e in expected)
+                and all(type(a) is int for a in answer)):
+            return answer == list(expected)  # ints, exact: one comparison in C
         return (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
                 and all(_same(a, e, rel_tol, abs_tol, depth + 1)
                         for a, e in zip(answer, expected, strict=True)))
