@@ -138,7 +138,11 @@ EOF
   fi
 
   # 4. pytest -m gpu (record_gpu.py's own whole-record test: step 3 ran the record)
-  run_step pytest-gpu 180 "$PY" -m pytest tests -m gpu --ignore=tests/browser -p no:cacheprovider \
+  # GPU_CHECK_PYTEST_PATHS: where pytest looks (default tests; the suite's own dry run
+  # narrows it to keep CI short)
+  # shellcheck disable=SC2086
+  run_step pytest-gpu 180 "$PY" -m pytest ${GPU_CHECK_PYTEST_PATHS:-tests} -m gpu \
+    --ignore=tests/browser -p no:cacheprovider \
     -q -rs --junitxml="$OUT/pytest_gpu.xml" \
     --deselect tests/runtime/test_record_gpu.py::test_record_writes_one_json_with_the_machine
 

@@ -23,7 +23,9 @@ NOTEBOOK_STEPS = {"nbval-01_single_device", "nbval-03_data_parallel", "nbval-05_
 def test_dry_run_writes_the_record_and_says_what_it_skipped(tmp_path: Path) -> None:
     no_bundle = tmp_path / "no-bundle"
     no_bundle.mkdir()
-    env = dict(os.environ, PYTHON=sys.executable, GPU_BUNDLE=str(no_bundle))
+    # pytest -m gpu over one file: collecting the whole suite again costs CI a minute
+    env = dict(os.environ, PYTHON=sys.executable, GPU_BUNDLE=str(no_bundle),
+               GPU_CHECK_PYTEST_PATHS="tests/runtime/test_record_gpu.py")
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run",
                            str(tmp_path / "out")], env=env, capture_output=True, text=True,
                           timeout=240, check=False)
