@@ -341,3 +341,59 @@ def test_the_grader_imports_nothing_from_its_folder(tmp_path: Path) -> None:
     assert "planted" not in done.stdout + done.stderr
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no such notebook" in done.stdout
+
+
+AGREE_CELL = '''\
+from dpsim.grading import check
+
+def largest_batch(n_params, activation_bytes_per_sample, memory_bytes, bytes_per_param=16):
+    return max(memory_bytes - n_params * bytes_per_param, 0) // activation_bytes_per_sample
+
+def chunk_sizes(batch_size, n_devices):
+    return [batch_size // n_devices] * n_devices  # drops the remainder
+
+def gil_share(intervals):
+    total = sum(end - start for _, start, end in intervals)
+    return sum(end - start for kind, start, end in intervals if kind == "python") / total
+
+check("1.3", largest_batch)
+check("3.1", chunk_sizes)
+check("4.2", gil_share)
+'''
+
+
+@pytest.mark.slow
+def test_the_notebooks_check_and_the_grader_agree(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """For three students, the same functions through the notebook's `check()` path (the
+    sandbox, `DPSIM_STUDENT`'s seed) and through `python -m dpsim grade` (the student's
+    notebook, metadata `dpsim.student`) pass and fail alike, with the same message."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from dpsim.course.grading import core
+    from dpsim.course.grading.sandbox import Sandbox
+
+    monkeypatch.delenv(grader.SECRET_VARIABLE, raising=False)
+    space: dict[str, object] = {}
+    exec(AGREE_CELL.split('check("1.3"')[0], space)  # the functions, not the checks
+    ids = {"1.3": "largest_batch", "3.1": "chunk_sizes", "4.2": "gil_share"}
+    students = ["ann", "ben", "cy"]
+    subs = []
+    for who in students:
+        nb = new_notebook(cells=[new_code_cell(AGREE_CELL)], metadata={"dpsim": {"student": who}})
+        nbformat.write(nb, tmp_path / f"{who}.ipynb")
+        subs.append(grader.read_submission(tmp_path / f"{who}.ipynb"))
+    with contextlib.redirect_stdout(io.StringIO()), \
+            grader.Grader(isolate=NO_BOX is None) as g:
+        graded = {s.student: g.grade(s) for s in subs}
+    with Sandbox() as sandbox:
+        for who in students:
+            for eid, name in ids.items():
+                interactive = core.run_check(eid, space[name],  # type: ignore[arg-type]
+                                             seed=grader.student_seed(who), sandbox=sandbox)
+                batch = graded[who].grades[eid]
+                assert (batch.outcome == "passed") == interactive.ok, (who, eid, batch)
+                assert batch.message == interactive.message, (who, eid)
+    assert {graded[w].grades["3.1"].outcome for w in students} == {"failed"}
+    assert {graded[w].grades["1.3"].outcome for w in students} == {"passed"}
