@@ -25,6 +25,10 @@ API_IN_VIEW: dict[str, list[str]] = {
     # chapters 05-06
 
     # chapters 09-10
+    "09_precision_and_memory": ["torch.autocast", "MixedPrecisionPolicy", "checkpoint",
+                                "clip_grad_norm_", "to_empty"],
+    "10_checkpoints_and_failures": ["dcp.save", "dcp.load", "init_device_mesh",
+                                    "--max-restarts", "Join"],
 
 }
 
@@ -35,6 +39,10 @@ LEAN: list[str] = [
     # chapters 05-06
 
     # chapters 07-11
+    "07_choosing_a_strategy",
+    "08_myths_lab",
+    "09_precision_and_memory",
+    "10_checkpoints_and_failures",
 
 ]
 
