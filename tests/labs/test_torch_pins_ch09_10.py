@@ -21,8 +21,9 @@ def _source(relative: str) -> str:
 def test_fsdp2_reduce_dtype_none_reduces_in_the_compute_dtype() -> None:
     """Chapter 9: MixedPrecisionPolicy(reduce_dtype=None) reduces in param_dtype."""
     api = _source("distributed/fsdp/_fully_shard/_fsdp_api.py")
-    assert "If this is\n            ``None`` but ``param_dtype`` is not ``None``, then the reduction\n" \
-           "            uses the compute dtype." in api
+    said = " ".join(api.split())  # the docstring, its line breaks folded
+    assert ("If this is ``None`` but ``param_dtype`` is not ``None``, then the reduction "
+            "uses the compute dtype.") in said
     collectives = _source("distributed/fsdp/_fully_shard/_fsdp_collectives.py")
     assert "reduce_dtype = reduce_dtype or grad_dtype" in collectives
     from torch.distributed.fsdp import MixedPrecisionPolicy
