@@ -58,9 +58,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             "autocast fp16 with a GradScaler on GPU 0, besides the CPU runs", 1,
             "torch's and ZeRO's precision schemes per ZeRO stage, checkpointing, offload"),
     Chapter(10, "10_checkpoints_and_failures.ipynb", "Checkpoints, resharding and failures",
-            "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
+            "DDP and FSDP2 checkpoints, resharding 2 -> 1 and 4 ranks, HSDP on a 2-D mesh, a "
             "rank killed under torchrun and restarted, a hung collective, Join (gloo)",
-            "DDP and FSDP2 checkpoints, resharding 4 -> 2 and 3 ranks, HSDP on a 2-D mesh, a "
+            "DDP and FSDP2 checkpoints, resharding 2 -> 1 and 4 ranks, HSDP on a 2-D mesh, a "
             "rank killed under torchrun and restarted, a hung collective, Join (gloo)", 0,
             "HSDP traffic per mesh dimension (full, hybrid, none)"),
     Chapter(11, "11_how_far_to_trust_dpsim.ipynb", "Appendix: how far to trust dpsim",

@@ -9,7 +9,7 @@ model; the model's checks are shown as "the model says" and never decide.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dpsim.myths import published as pub
@@ -109,10 +109,12 @@ def c06(e: dict[str, Any]) -> list[Check]:
                  len(set(pids)) == len(pids) > 1) if pids else
            untested("each DDP rank is its own process", MEASURED, NO_RUN)]
     if e["threads_speedups"]:
-        out += [below("2 threads of pure Python: no speed-up over 1 (one GIL)",
-                      e["threads_speedups"], 1.3, "x"),
-                above("2 processes do more Python work per second than 2 threads",
-                      e["processes_over_threads"], 1.0, "x")]
+        # an illustration, not a decision: the claim holds by construction (the check
+        # above); a timing on a shared machine is noisy
+        out += [replace(below("2 threads of pure Python: no speed-up over 1 (one GIL)",
+                              e["threads_speedups"], 1.3, "x"), core=False),
+                replace(above("2 processes do more Python work per second than 2 threads",
+                              e["processes_over_threads"], 1.0, "x"), core=False)]
     else:
         out.append(untested("threads vs processes, timed", MEASURED, NO_RUN))
     return [*out,
@@ -170,8 +172,11 @@ def c10(e: dict[str, Any]) -> list[Check]:
     dp, nv, no_nv = pub.HF_DP_S, pub.HF_DDP_NVLINK_S, pub.HF_DDP_NO_NVLINK_S
     return [Check(f"DDP slower than DP on 2 GPUs with NVLink ({nv.value:.0f} s vs "
                   f"{dp.value:.0f} s)", nv.value > dp.value, PUBLISHED, cite=nv.cite),
-            Check(f"DDP slower than DP on 2 GPUs without NVLink P2P ({no_nv.value:.0f} s vs "
-                  f"{dp.value:.0f} s)", no_nv.value > dp.value, PUBLISHED, cite=no_nv.cite),
+            # like with like: the published DP run had NVLink; DDP without it ran in
+            # (131 s), but no DP run without NVLink was published
+            untested("DDP slower than DP on 2 GPUs, both without NVLink P2P", PUBLISHED,
+                     f"the published run ({no_nv.cite}) timed DDP without NVLink "
+                     f"({no_nv.value:.0f} s) but DP only with it ({dp.value:.0f} s)"),
             Check("the reason: DDP communicates more per batch than DP",
                   pub.HF_DDP_EXCHANGES_PER_BATCH > pub.HF_DP_EXCHANGES_PER_BATCH, PUBLISHED,
                   cite=pub.HF_DDP_ONE_EXCHANGE),

@@ -31,7 +31,12 @@ from dpsim.sim.strategies.inputs import (
     require_workload,
     shown,
 )
-from dpsim.sim.strategies.knobs import apply_knobs, base_precision
+from dpsim.sim.strategies.knobs import (
+    DEFAULT_PRECISION,
+    apply_knobs,
+    base_precision,
+    resolve_precision,
+)
 from dpsim.sim.strategies.registry import get_strategy, names
 from dpsim.sim.validation import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
@@ -93,19 +98,21 @@ def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
 
 
 def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
-         global_batch: int, *, precision: str = "mixed", optimizer: str = "adam",
+         global_batch: int, *, precision: str = DEFAULT_PRECISION, optimizer: str = "adam",
          activation_checkpointing: bool = False, offload: bool = False) -> PlanResult:
     """Simulate one step of `strategy` on `cluster` resized to `n_devices` devices.
 
     The cluster preset gives the device and the links (nodes fill first; beyond one node
     the inter-node link is used). A strategy run by one process (DP) is limited to one node.
     precision "torch_amp", activation_checkpointing and offload are the knobs of
-    `strategies.knobs` (taken by the strategies whose config has them).
+    `strategies.knobs` (taken by the strategies whose config has them). precision "default"
+    is the strategy's own: torch's scheme for FSDP ("torch_amp": fp32 states, bf16 compute,
+    as FSDP2's MixedPrecisionPolicy keeps them), "mixed" for the others.
     """
     require_workload(workload)
     require_cluster(cluster)
     check_batch(strategy, n_devices, global_batch)
-    base_precision(precision)
+    precision = resolve_precision(strategy, precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
     if get_strategy(strategy, field="strategy").single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
@@ -132,7 +139,7 @@ def _plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
 
 def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: int, *,
                   mode: str = "strong", n_devices: Sequence[int] = POWERS_OF_TWO,
-                  precision: str = "mixed", optimizer: str = "adam",
+                  precision: str = DEFAULT_PRECISION, optimizer: str = "adam",
                   activation_checkpointing: bool = False, offload: bool = False
                   ) -> list[PlanResult]:
     """`plan` at each device count: strong keeps the global batch `batch`, weak keeps
@@ -143,7 +150,7 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
     s = get_strategy(strategy, field="strategy")
     counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
     require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
-    base_precision(precision)
+    precision = resolve_precision(strategy, precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
     out = []
     for n in counts:
@@ -241,19 +248,26 @@ def _hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
 
 
 def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch: int, *,
-              precision: str = "mixed",
+              precision: str = DEFAULT_PRECISION,
               n_devices: Sequence[int] = POWERS_OF_TWO) -> Crossover:
     """Strong scaling of a fixed global batch: the compute per device c*G/N shrinks while
     each step still moves k model-sized tensors (k*S/B) and pays A*(N-1) latencies. The
-    formula's N* sits next to the first simulated count whose comm time >= its cover."""
+    formula's N* sits next to the first simulated count whose comm time >= its cover.
+    S is counted in the compute dtype; under "torch_amp" (FSDP's default) the gradients
+    are reduce-scattered in fp32, twice a bf16 model size: k = 2 + 2 = 4."""
     _check_crossover(workload, cluster, global_batch, precision, n_devices)
-    dt = precision_dtype(precision)
+    able = [n for n in names() if get_strategy(n).crossover_terms(workload, "bf16") is not None]
+    require_choice("strategy", strategy, able)
+    precision = resolve_precision(strategy, precision)
+    base = base_precision(precision)
+    dt = precision_dtype(base)
     terms = {n: get_strategy(n).crossover_terms(workload, dt) for n in names()}
-    require_choice("strategy", strategy, [n for n, t in terms.items() if t is not None])
-    c0, c = _hide_cost_s(workload, cluster, strategy, precision)
+    c0, c = _hide_cost_s(workload, cluster, strategy, base)
     term = terms[strategy]
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms
+    if precision == "torch_amp":  # the one gradient-sized transfer travels in fp32
+        k += 1.0
     model = workload.n_params * DTYPE_BYTES[dt]
     topology = uses_nccl(cluster, group_shape(cluster))
     if topology:  # GPU links: the costs the strategies pay (NCCL's model), N* by search
@@ -276,7 +290,7 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
     for p in scaling_curve(workload, cluster, strategy, global_batch, mode="strong",
                            n_devices=n_devices, precision=precision):
         cover_s = p.compute_s - _uncovered_s(workload, cluster, term.forward_covered, p,
-                                             precision)
+                                             base)
         if p.n_devices > 1 and p.hidden_comm_s + p.exposed_comm_s >= cover_s:
             simulated = p.n_devices
             break
@@ -291,7 +305,7 @@ def _check_crossover(workload: Workload, cluster: Cluster, global_batch: int, pr
     require_workload(workload)
     require_cluster(cluster)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
-    require_choice("precision", precision, PLAN_PRECISIONS)
+    require_choice("precision", precision, (DEFAULT_PRECISION, *PLAN_PRECISIONS, "torch_amp"))
     counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
     if workload.n_params == 0:
         raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
@@ -326,7 +340,7 @@ def _uncovered_s(workload: Workload, cluster: Cluster, forward_covered: bool, p:
 # --- the strategies side by side -----------------------------------------------------------
 
 def summary_table(workload: Workload, cluster: Cluster, n_devices: int | None = None,
-                  global_batch: int | None = None, *, precision: str = "mixed",
+                  global_batch: int | None = None, *, precision: str = DEFAULT_PRECISION,
                   strategies: Sequence[str] | None = None) -> list[dict[str, object]]:
     """One row per strategy (default: every registered one) with every number simulated for
     `workload` on `cluster`: traffic and memory per device, step time, throughput (defaults:

@@ -11,6 +11,7 @@ from dpsim.myths.judge import Verdict
 from dpsim.viz.style import finish
 
 VERDICT_COLORS = {"right": "#C7E9C0", "wrong": "#FCBBA1", "half right": "#FDE0A1",
+                  "right, partly untested": "#E5F5E0",
                   "inconclusive here": "#E0E0E0", "untestable here": "#F0F0F0"}
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756")
 

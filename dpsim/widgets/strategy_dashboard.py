@@ -8,9 +8,10 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from dpsim.sim.beyond_data_parallel import beyond_data_parallel
 from dpsim.sim.hardware import CLUSTERS, Cluster, Link, get_cluster
 from dpsim.sim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
-from dpsim.sim.strategies.knobs import KNOB_PRECISIONS
+from dpsim.sim.strategies.knobs import PLANNER_PRECISIONS
 from dpsim.sim.strategies.registry import get_strategy, names
 from dpsim.sim.validation import require_bool, require_choice, require_int
 from dpsim.sim.workload import PRESETS, Workload, get_workload
@@ -22,7 +23,8 @@ MAX_GLOBAL_BATCH = 1 << 24  # the planner's bound on a global batch, samples
 ETHERNET_10G = Link("Ethernet 10 Gb/s", 1.25, 50.0)  # between CPU machines beyond this one
 CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
 GLOBAL_BATCHES = tuple(2**k for k in range(13))  # 1 .. 4096 samples
-PRECISION_CHOICES = ("mixed", "fp32", "torch_amp")  # torch_amp: chapter 9, FSDP/ZeRO only
+# "default": the strategy's own (torch_amp for FSDP, mixed otherwise); torch_amp: chapter 9
+PRECISION_CHOICES = ("default", "mixed", "fp32", "torch_amp")
 
 
 def cluster_choice(name: str) -> Cluster:
@@ -95,7 +97,7 @@ class StrategyExplorer:
         if n_devices is not None:
             require_int("n_devices", n_devices, 1, max(POWERS_OF_TWO))
         require_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
-        require_choice("precision", precision, KNOB_PRECISIONS)
+        require_choice("precision", precision, PLANNER_PRECISIONS)
         require_bool("activation_checkpointing", activation_checkpointing)
         require_bool("offload", offload)
 
@@ -148,6 +150,9 @@ class StrategyExplorer:
                 "throughput at the same local batch; "
                 + (f"OUT OF MEMORY on {len(oom)} of {n_devices} device(s)" if oom
                    else "fits in memory"))
+        if oom:  # say what comes after data parallelism when none of it fits
+            beyond = beyond_data_parallel(w, cluster_choice(cluster), n_devices, global_batch)
+            text += "".join(f"\n- {line}" for line in beyond.advice)
         return [plan_figure(p, curve, where=_describe_cluster(cluster_choice(cluster), n_devices)),
                 text]
 
@@ -174,7 +179,7 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
                                              description="N"),
         "global_batch": widgets.Dropdown(options=list(GLOBAL_BATCHES),
                                          value=global_batch, description="global batch"),
-        "precision": widgets.Dropdown(options=list(PRECISION_CHOICES), value="mixed",
+        "precision": widgets.Dropdown(options=list(PRECISION_CHOICES), value="default",
                                       description="precision"),
         "activation_checkpointing": widgets.Checkbox(value=False, description="checkpointing"),
         "offload": widgets.Checkbox(value=False, description="CPU offload"),

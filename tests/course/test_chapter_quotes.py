@@ -25,6 +25,15 @@ def _markdown(notebook: str) -> str:
     return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
 
 
+def _chapter_7_calibration() -> str:
+    """Chapter 7's calibration text: moved to the appendix, handed over verbatim in
+    docs/appendix_from_ch07.md until it is pasted into notebooks/11_how_far_to_trust_dpsim."""
+    handover = ROOT / "docs" / "appendix_from_ch07.md"
+    if handover.exists():
+        return handover.read_text()
+    return _markdown("11_how_far_to_trust_dpsim.ipynb")
+
+
 def _quoted(text: str, pattern: str) -> float:
     found = re.search(pattern, re.sub(r"\s+", " ", text))
     assert found, f"the text no longer says {pattern!r}"
@@ -38,7 +47,8 @@ def _held_out() -> np.ndarray:
 @pytest.mark.parametrize("notebook", ["11_how_far_to_trust_dpsim.ipynb",
                                       "07_choosing_a_strategy.ipynb"])
 def test_held_out_median_and_share_within_30_percent_as_quoted(notebook: str) -> None:
-    text, held = _markdown(notebook), _held_out()
+    text, held = (_chapter_7_calibration() if notebook.startswith("07")
+                  else _markdown(notebook)), _held_out()
     within = round(100 * float(np.mean(held <= 0.30)))
     if notebook.startswith("11"):
         assert _quoted(text, r"Half the held-out points are within about (\d+) %") == \
@@ -53,7 +63,7 @@ def test_held_out_median_and_share_within_30_percent_as_quoted(notebook: str) ->
 
 
 def test_chapter_7_quotes_the_shipped_network_constants() -> None:
-    text = _markdown("07_choosing_a_strategy.ipynb")
+    text = _chapter_7_calibration()
     assert _quoted(text, r"f_net = (\d\.\d+) fitted for the NDR") == \
         round(DEFAULT_PARAMS.fraction(INFINIBAND_NDR), 2)
     eth = get_cluster("h100-eth-4").inter_node
@@ -84,6 +94,16 @@ def test_the_appendix_quotes_the_left_out_runs_benchmark() -> None:
 ])
 def test_chapter_7_quotes_the_step_time_families(family: str, pattern: str) -> None:
     value = RESULTS["families"][family]["value"]
-    text = _markdown("07_choosing_a_strategy.ipynb")
+    text = _chapter_7_calibration()
     quoted = value["worst"] if "every point" in pattern else value["median"]
     assert _quoted(text, pattern) == round(100 * quoted, 1)
+
+
+def test_chapter_7_keeps_the_headline_held_out_error() -> None:
+    """The chapter keeps one sentence: the held-out step-time medians, and a link."""
+    medians = [RESULTS["families"][f]["value"]["median"]
+               for f in ("nvidia_resnet50_scaling", "fsdp_zero3_throughput_at_scale")]
+    text = _markdown("07_choosing_a_strategy.ipynb")
+    low, high = sorted(round(100 * m, 1) for m in medians)
+    assert f"median of {low}-{high} %" in re.sub(r"\s+", " ", text)
+    assert "11_how_far_to_trust_dpsim.ipynb" in text

@@ -22,10 +22,13 @@ from dpsim.myths.judge import (
     run_all,
 )
 
-# what the evidence on a CPU machine says (17: published; its GPU run is untested here)
-EXPECTED = {1: "right", 2: "right", 3: "wrong", 4: "right", 5: "half right", 6: "right",
-            7: "right", 8: "wrong", 9: "right", 10: "half right", 11: "half right",
-            12: "wrong", 13: "wrong", 14: "right", 15: "right", 16: "right", 17: "right",
+# what the evidence on a CPU machine says: a claim whose deciding checks hold where tested,
+# with some untested (4 and 17: their GPU runs; 16: DP on 3-4 GPUs), is "partly untested";
+# 10: only the like-with-like comparison (both with NVLink) decides, and it fails
+PART = "right, partly untested"
+EXPECTED = {1: "right", 2: "right", 3: "wrong", 4: PART, 5: "half right", 6: "right",
+            7: "right", 8: "wrong", 9: "right", 10: "wrong", 11: "half right",
+            12: "wrong", 13: "wrong", 14: "right", 15: "right", 16: PART, 17: PART,
             18: "right"}
 
 
@@ -54,7 +57,7 @@ def test_known_answers(verdicts: list[Verdict]) -> None:
     assert got == {n: x for n, x in EXPECTED.items() if n not in TIMED_CLAIMS}
     half = {v.number: v.half for v in verdicts if v.verdict == "half right"}
     assert "copied out right after the update" in half[5].split(" — wrong:")[1]
-    assert "without NVLink" in half[10].split(" — wrong:")[0]
+    assert 10 not in half  # DDP without NVLink is never compared with DP with it
 
 
 @pytest.mark.slow
@@ -106,7 +109,8 @@ def test_verdicts_follow_the_evidence(verdicts: list[Verdict]) -> None:
 
     def gil_free_threads(e: dict) -> None:
         e["threads_speedups"] = [1.9, 2.0, 1.95, 1.98]
-    assert _flip(6, ev[6], gil_free_threads) in ("half right", "wrong")
+    # claim 6 is decided by construction; the timing only illustrates it
+    assert _flip(6, ev[6], gil_free_threads) == "right"
 
     def nccl_ran_fine(e: dict) -> None:
         e["nccl_run"] = {"ran": True, "outcome": "ran", "detail": "ran within 60 s"}
@@ -121,6 +125,7 @@ def test_judge_rules() -> None:
     noisy = Check("t", None, inconclusive=True)
     assert judge([yes, noisy]) == "inconclusive here"
     assert judge([Check("u", None), Check("m", True, MODEL)]) == "untestable here"
+    assert judge([yes, Check("u", None)]) == "right, partly untested"  # untested counts
     with pytest.raises(ValueError, match="checks"):
         judge([])
     with pytest.raises(ValueError, match="number"):

@@ -35,6 +35,10 @@ API_IN_VIEW: dict[str, list[str]] = {
                 "full_tensor", "set_requires_gradient_sync"],
 
     # chapters 09-10
+    "09_precision_and_memory": ["torch.autocast", "MixedPrecisionPolicy", "checkpoint",
+                                "clip_grad_norm_", "to_empty"],
+    "10_checkpoints_and_failures": ["dcp.save", "dcp.load", "init_device_mesh",
+                                    "--max-restarts", "Join"],
 
 }
 
@@ -50,6 +54,10 @@ LEAN: list[str] = [
     "06_fsdp",
 
     # chapters 07-11
+    "07_choosing_a_strategy",
+    "08_myths_lab",
+    "09_precision_and_memory",
+    "10_checkpoints_and_failures",
     "11_how_far_to_trust_dpsim",
 
 ]

@@ -123,6 +123,7 @@ class Strategy(ABC, Generic[ConfigT]):
     config_type: type[ConfigT]  # the config class `simulate` takes
     single_node: bool = False  # True when one process drives every device (DP)
     max_devices: int | None = None  # most devices it uses (1: one device); None: no limit
+    default_precision: str = "mixed"  # the planner's precision when given "default"
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
         """Samples on the busiest device: the same on every device by default;

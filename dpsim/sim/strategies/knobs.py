@@ -17,6 +17,20 @@ from dpsim.sim.validation import require_bool, require_choice
 
 # "torch_amp": torch.autocast / FSDP2 MixedPrecisionPolicy (fp32 states, bf16 compute)
 KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), "torch_amp")
+# "default": the strategy's own default (`Strategy.default_precision`): torch's scheme
+# ("torch_amp") for FSDP, which never keeps ZeRO's 2 + 2 + 12 bytes; "mixed" for the others
+DEFAULT_PRECISION = "default"
+PLANNER_PRECISIONS = (DEFAULT_PRECISION, *KNOB_PRECISIONS)
+
+
+def resolve_precision(strategy: str, precision: str) -> str:
+    """`precision`, or the strategy's default when it is "default"; ValueError otherwise."""
+    from dpsim.sim.strategies.registry import get_strategy
+
+    require_choice("precision", precision, PLANNER_PRECISIONS)
+    if precision == DEFAULT_PRECISION:
+        return get_strategy(strategy, field="strategy").default_precision
+    return precision
 
 
 def base_precision(precision: str) -> str:

@@ -24,6 +24,12 @@ class FSDPStrategy(Strategy[FSDPConfig]):
     placement: Placement
     config_type = FSDPConfig
 
+    @property
+    def default_precision(self) -> str:  # type: ignore[override]
+        """ZeRO-3 is torch's FSDP2: MixedPrecisionPolicy keeps fp32 states ("torch_amp");
+        stages 1 and 2 keep ZeRO's own scheme ("mixed": 16-bit copy, fp32 master)."""
+        return "torch_amp" if self.stage == 3 else "mixed"
+
     def __post_init__(self) -> None:
         require_int("stage", self.stage, 1, 3)
         for name in ("name", "label"):
