@@ -53,6 +53,10 @@ LEAN: list[str] = [
     "05_ddp",
     "06_fsdp",
 
+    # chapters 00 and 04
+    "00_start_here",
+    "04_gil",
+
     # chapters 07-11
     "07_choosing_a_strategy",
     "08_myths_lab",
