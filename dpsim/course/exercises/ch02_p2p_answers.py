@@ -21,6 +21,11 @@ from dpsim.sim.collectives.ring import chunk_bounds
 NO_MESSAGES = ("no message went through dist.isend / dist.irecv (or dist.send / dist.recv, "
                "dist.batch_isend_irecv): the exercise is to move the data with them yourself")
 
+# the collective of torch each kind's mistakes name (the one that answers it outright)
+COLLECTIVE_OF = {"all_gather": "all_gather_into_tensor", "reduce_scatter":
+                 "reduce_scatter_tensor", "broadcast": "broadcast", "all_reduce": "all_reduce",
+                 "pipelined": "all_reduce"}
+
 
 def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
     """(sent_to, received_from) per rank of a binomial broadcast from `root`.
@@ -99,6 +104,22 @@ def expected_answer(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str,
     return out
 
 
+def other_collectives(kind: str, answer: Any) -> str | None:
+    """The hint for an answer that called a collective of torch other than the one its
+    mistakes name (`dist.all_gather` in a ring all-gather, an all-reduce in a broadcast):
+    None for any other answer (the mistakes then name it)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("collectives"), list):
+        return None
+    named = {COLLECTIVE_OF[kind], *FORBIDDEN.get(kind, ())}
+    others = [c for c in answer["collectives"] if isinstance(c, str) and c not in named]
+    if not others:
+        return None
+    called = ", ".join(f"dist.{c}" for c in others)
+    return (f"you called {called} (imported or not, or a functional form of it: it is "
+            "noticed); the exercise is to move the data yourself with dist.isend and "
+            "dist.irecv only")
+
+
 def _with(expected: dict[str, Any], **fields: Any) -> dict[str, Any]:
     out = copy.deepcopy(expected)
     out.update(fields)
@@ -109,16 +130,16 @@ def _common(kind: str, n: int, expected: dict[str, Any], items: list[dict[str, A
             ) -> dict[str, Any]:
     """Slips every kind shares: a collective instead of messages, uncounted messages."""
     silent: list[list[list[int]]] = [[[] for _ in range(n)] for _ in expected["result"]]
-    collective = {"all_gather": "all_gather_into_tensor", "reduce_scatter":
-                  "reduce_scatter_tensor", "broadcast": "broadcast"}.get(kind, "all_reduce")
+    collective = COLLECTIVE_OF[kind]
     out: dict[str, Any] = {
         NO_MESSAGES: _with(expected, sent_to=silent, received_from=silent),
-        f"you called dist.{collective}; the exercise is to build it from dist.isend and "
-        "dist.irecv": _with(expected, sent_to=silent, received_from=silent,
-                            collectives=[collective]),
-        f"you called dist.{collective} (imported or not, it is noticed): the messages you "
-        "sent beside it do not make it yours; build it from dist.isend and dist.irecv only":
-            _with(expected, collectives=[collective]),
+        f"you called dist.{collective} (or a functional form of it, "
+        "torch.distributed._functional_collectives or torch.distributed.nn.functional); the "
+        "exercise is to build it from dist.isend and dist.irecv": _with(
+            expected, sent_to=silent, received_from=silent, collectives=[collective]),
+        f"you called dist.{collective} (imported or not, or a functional form of it: it is "
+        "noticed): the messages you sent beside it do not make it yours; build it from "
+        "dist.isend and dist.irecv only": _with(expected, collectives=[collective]),
     }
     for name in FORBIDDEN.get(kind, ()):
         own = [[rank_data(it["seed"], r, it["length"]).tolist() for r in range(n)]

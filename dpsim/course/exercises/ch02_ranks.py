@@ -6,10 +6,13 @@ with every message counted.
 collective ends up however the learner calls it (`dist.isend`, an imported `isend`,
 `dist.batch_isend_irecv` of `dist.P2POp`s), are wrapped: every message is logged (peer,
 elements), every wait on a receive too, and calling a collective (`dist.all_reduce`, an
-imported `all_reduce`, ...) is noticed. The learner's function then runs once per item on the
-rank's own data (`rank_data`: small whole numbers in float32, so every sum is exact in
-any order) and the rank returns plain data: the result as a list, whether the input was
-left unchanged, and the messages it sent and received. Nothing is compared here: the
+imported `all_reduce`, ...) is noticed; so is a functional collective
+(`torch.distributed._functional_collectives`, which reaches the backend without any
+ProcessGroup method), seen by a dispatch mode as the op it runs (`distributed_ops`). The
+learner's function then runs once per item on the rank's own data (`rank_data`: small
+whole numbers in float32, so every sum is exact in any order) and the rank returns plain
+data: the result as a list, whether the input was left unchanged, and the messages it sent
+and received. Nothing is compared here: the
 expected answers are computed in the grader (`ch02_p2p_answers`) from the same `rank_data`.
 Every rank runs in the launcher's own process group; the other chapters' harnesses, which
 give each case a group of its own, use `dpsim.course.grading.ranks.run_specs`.
@@ -49,6 +52,26 @@ COLLECTIVES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
                "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter",
                "gather": "gather", "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
                "all_to_all_single": "all_to_all_single"}
+# torch's dispatcher ops that move data between ranks, by namespace: c10d's (what the
+# ProcessGroup's methods run) and the functional collectives' (what
+# torch.distributed._functional_collectives runs without any ProcessGroup method: its
+# legacy and autograd names too). A dispatch mode on the ranks notices their collectives by
+# the same names as COLLECTIVES (a trailing "_", "_out" or "_coalesced" left off)
+OP_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
+OP_COLLECTIVES = {"allreduce": "all_reduce", "all_reduce": "all_reduce",
+                  "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
+                  "allgather_into_tensor": "all_gather_into_tensor",
+                  "all_gather_into_tensor": "all_gather_into_tensor",
+                  "reduce_scatter": "reduce_scatter",
+                  "_reduce_scatter_base": "reduce_scatter_tensor",
+                  "reduce_scatter_tensor": "reduce_scatter_tensor",
+                  "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter",
+                  "gather": "gather", "alltoall": "all_to_all",
+                  "alltoall_base": "all_to_all_single", "all_to_all_single": "all_to_all_single"}
+# their ops that are no collective: messages (the functional ones are logged by the mode,
+# c10d's by the ProcessGroup wrappers), waits, barriers
+OP_NOT_COLLECTIVES = {"send", "recv", "recv_any_source", "isend", "irecv", "batch_p2p_ops",
+                      "wait_tensor", "barrier", "monitored_barrier", "_wrap_tensor_autograd"}
 LAUNCH_TIMEOUT_S = 60.0
 # dpsim functions that answer an exercise (its `forbidden`): on the ranks, out of the
 # sandbox's reach, a call is recorded among the collectives and does nothing
@@ -110,6 +133,44 @@ def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
         if hasattr(ProcessGroup, method):
             setattr(ProcessGroup, method, collective(name, getattr(ProcessGroup, method)))
     setattr(Work, "wait", wait)  # noqa: B010 (a method of a C++ class, replaced)
+
+
+def op_collective(namespace: str, op_name: str) -> str | None:
+    """The collective a dispatcher op is (as COLLECTIVES names it), or None for any other op
+    (a message, a wait, a barrier, or no op of torch.distributed at all)."""
+    if namespace not in OP_NAMESPACES:
+        return None
+    name = op_name.rstrip("_")
+    for tail in ("_out", "_coalesced"):
+        name = name.removesuffix(tail)
+    if name in OP_NOT_COLLECTIVES:
+        return None
+    return OP_COLLECTIVES.get(name, name)
+
+
+def distributed_ops(log: list[tuple[str, int, int]], used: list[str]) -> Any:
+    """A dispatch mode that notices the collectives and logs the messages of torch's
+    functional collectives (`torch.distributed._functional_collectives`, which reach the
+    backend without any ProcessGroup method): every op of torch passes through it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DistributedOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            namespace, op_name = func.namespace, func._schema.name.split("::")[-1]
+            if namespace in OP_NAMESPACES:
+                if op_name in ("isend", "irecv"):
+                    log.append((op_name, int(args[1]), int(args[0].numel())))
+                elif op_name == "batch_p2p_ops":
+                    for op, peer, tensor in zip(args[0], args[1], args[3], strict=False):
+                        log.append((str(op), int(peer), int(tensor.numel())))
+                else:
+                    collective = op_collective(namespace, op_name)
+                    if collective is not None:
+                        used.append(collective)
+            return func(*args, **(kwargs or {}))
+
+    return DistributedOps()
 
 
 def forwards_early(log: list[tuple[str, int, int]], n_segments: int, world_size: int
@@ -189,7 +250,8 @@ def p2p_rank(rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], st
             data = rank_data(item["seed"], rank, item["length"])
             before = data.clone()
             log.clear()
-            _, result = _call(fn, kind, data, item)
+            with distributed_ops(log, used):
+                _, result = _call(fn, kind, data, item)
             unchanged = bool(torch.equal(data, before)) if kind in (
                 "all_gather", "reduce_scatter") else True
             per_item.append({
