@@ -407,7 +407,7 @@ def funcol_all_gather(tensor: torch.Tensor) -> torch.Tensor:
     scratch = torch.empty_like(tensor)
     for _ in range(n - 1):
         done(dist.isend(tensor, (rank + 1) % n), dist.irecv(scratch, (rank - 1) % n))
-    return funcol.all_gather_tensor(tensor, 0, world()).wait()
+    return funcol.wait_tensor(funcol.all_gather_tensor(tensor, 0, world()))
 
 
 def nn_functional_all_gather(tensor: torch.Tensor) -> torch.Tensor:
@@ -427,7 +427,7 @@ def funcol_all_reduce_in_all_gather(tensor: torch.Tensor) -> torch.Tensor:
     n, rank = dist.get_world_size(), dist.get_rank()
     out = tensor.new_zeros(n * tensor.numel())
     out.split(tensor.numel())[rank].copy_(tensor)
-    return funcol.all_reduce(out, "sum", world()).wait()
+    return funcol.wait_tensor(funcol.all_reduce(out, "sum", world()))
 
 
 def funcol_reduce_scatter(tensor: torch.Tensor) -> torch.Tensor:
@@ -437,7 +437,7 @@ def funcol_reduce_scatter(tensor: torch.Tensor) -> torch.Tensor:
     chunks = tensor.tensor_split(n)
     size = chunks[0].numel()  # reduce_scatter_tensor needs equal pieces: pad the short ones
     full = torch.cat([torch.cat([c, c.new_zeros(size - c.numel())]) for c in chunks])
-    mine = funcol.reduce_scatter_tensor(full, "sum", 0, world()).wait()
+    mine = funcol.wait_tensor(funcol.reduce_scatter_tensor(full, "sum", 0, world()))
     return mine[: chunks[dist.get_rank()].numel()].clone()
 
 
@@ -464,7 +464,7 @@ def funcol_broadcast(tensor: torch.Tensor, root: int) -> torch.Tensor:
 
     data = tensor.clone()
     broadcast(data, root)  # the tree's messages, for show
-    tensor.copy_(funcol.broadcast(tensor, root, world()).wait())
+    tensor.copy_(funcol.wait_tensor(funcol.broadcast(tensor, root, world())))
     return tensor
 
 
