@@ -18,7 +18,7 @@ from torch.distributed import isend as imported_isend
 from dpsim.course.exercises.ch02_p2p_answers import (
     binomial_tree,
     expected_answer,
-    other_collectives,
+    ring_explain,
     ring_final,
     slips,
 )
@@ -420,6 +420,65 @@ def nn_functional_all_gather(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(dist_fn.all_gather(tensor))
 
 
+# rings whose results come out right from other messages than the exercise's schedule
+# (were passes: only the peers and the number of messages were checked)
+
+def ring_all_reduce_shifted(tensor: torch.Tensor) -> torch.Tensor:
+    """A consistent ring one chunk off the text's: rank r sends chunk (r - t) first."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = tensor.tensor_split(n)
+    for t in range(n - 1):
+        send, recv = chunks[(rank - t) % n], chunks[(rank - 1 - t) % n]
+        scratch = torch.empty_like(recv)
+        done(dist.isend(send, (rank + 1) % n), dist.irecv(scratch, (rank - 1) % n))
+        recv += scratch
+    for t in range(n - 1):
+        send, recv = chunks[(rank + 1 - t) % n], chunks[(rank - t) % n]
+        done(dist.isend(send, (rank + 1) % n), dist.irecv(recv, (rank - 1) % n))
+    return tensor
+
+
+def ring_all_reduce_reversed(tensor: torch.Tensor) -> torch.Tensor:
+    """The ring the other way round (to rank - 1): the right sum, the wrong neighbours."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    chunks = tensor.tensor_split(n)
+    for t in range(n - 1):
+        send, recv = chunks[(rank + 1 + t) % n], chunks[(rank + 2 + t) % n]
+        scratch = torch.empty_like(recv)
+        done(dist.isend(send, (rank - 1) % n), dist.irecv(scratch, (rank + 1) % n))
+        recv += scratch
+    for t in range(n - 1):
+        send, recv = chunks[(rank + t) % n], chunks[(rank + 1 + t) % n]
+        done(dist.isend(send, (rank - 1) % n), dist.irecv(recv, (rank + 1) % n))
+    return tensor
+
+
+def gather_whole_buffer(tensor: torch.Tensor) -> torch.Tensor:
+    """Every step sends the whole output so far, not one piece."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    out = torch.zeros(n * tensor.numel())
+    pieces = out.split(tensor.numel())
+    pieces[rank].copy_(tensor)
+    for t in range(n - 1):
+        scratch = torch.empty_like(out)
+        done(dist.isend(out.clone(), (rank + 1) % n), dist.irecv(scratch, (rank - 1) % n))
+        k = (rank - 1 - t) % n
+        pieces[k].copy_(scratch.split(tensor.numel())[k])
+    return out
+
+
+def scatter_whole_tensors(tensor: torch.Tensor) -> torch.Tensor:
+    """Whole tensors passed round the ring and summed, then this rank's chunk cut out."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    total, passing = tensor.clone(), tensor.clone()
+    for _ in range(n - 1):
+        arriving = torch.empty_like(tensor)
+        done(dist.isend(passing, (rank + 1) % n), dist.irecv(arriving, (rank - 1) % n))
+        total += arriving
+        passing = arriving
+    return total.tensor_split(n)[rank].clone()
+
+
 def funcol_all_reduce_in_all_gather(tensor: torch.Tensor) -> torch.Tensor:
     """Another collective than the kind's own: an all-reduce of a zero-padded copy."""
     import torch.distributed._functional_collectives as funcol
@@ -530,6 +589,8 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_reduce", library_all_reduce, "you called dist.all_reduce"),
     ("all_reduce", library_ring, "not to call dpsim.labs.ch02_collectives.collective_workers"),
     ("all_reduce", funcol_all_reduce, "you called dist.all_reduce (or a functional form"),
+    ("all_reduce", ring_all_reduce_shifted, "not from the exercise's ring"),
+    ("all_reduce", ring_all_reduce_reversed, "yours go the other way"),
     ("all_reduce", funcol_all_reduce_beside_a_ring, "the messages you sent beside it"),
     ("all_reduce", nn_functional_all_reduce, "the messages you sent beside it"),
     ("all_reduce", op_all_reduce, "the messages you sent beside it"),
@@ -544,10 +605,12 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_gather", nn_functional_all_gather, "you called dist.all_gather (imported"),
     ("all_gather", funcol_all_reduce_in_all_gather, "you called dist.all_reduce (imported"),
     ("all_gather", funcol_p2p_all_gather, None),  # its messages are counted too
+    ("all_gather", gather_whole_buffer, "piece (r - t) mod N"),
     ("reduce_scatter", reduce_scatter, None),
     ("reduce_scatter", scatter_shifted, "shifted by one"),
     ("reduce_scatter", scatter_in_place, "changed the input tensor"),
     ("reduce_scatter", funcol_reduce_scatter, "you called dist.reduce_scatter_tensor"),
+    ("reduce_scatter", scatter_whole_tensors, "more than one"),
     ("pipelined", pipelined, None),
     ("pipelined", pipelined_one_segment, "n_segments segments"),
     ("pipelined", pipelined_whole_chunks, "no pipelining"),
@@ -583,8 +646,9 @@ def test_functions_on_real_ranks_get_their_verdict(
         assert core.same(answer, case.expected), answer
     else:
         assert not core.same(answer, case.expected)
-        # as core's feedback: the case's explain (another collective called), else mistakes
-        words = other_collectives(kind, answer) or compare.hint(
+        # as core's feedback: the case's explain (another collective called, the right
+        # result from other messages), else the mistakes
+        words = ring_explain(kind, case.expected, answer) or compare.hint(
             answer, case.expected, case.mistakes, case.rel_tol, case.abs_tol)
         assert hint in words, (fn.__name__, words)
 
