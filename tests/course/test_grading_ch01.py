@@ -237,10 +237,12 @@ WRONG_AUTOCAST: dict[str, tuple[Callable[..., Any], str]] = {
     "no step": (lambda m, x, y, lr: autocast_step(m, x, y, lr, step=False), "did not change"),
     "float16": (lambda m, x, y, lr: autocast_step(m, x, y, lr, dtype=torch.float16),
                 "float16 is not bfloat16"),
+    # these two got only "not the right one for this input"
     "twice the lr": (lambda m, x, y, lr: autocast_step(m, x, y, lr, scale=2.0),
-                     "not the right one"),
+                     "moved twice as far"),
     "no loss returned": (lambda m, x, y, lr: autocast_step(m, x, y, lr) and None,
-                         "not the right one"),
+                         "did not return the loss"),
+    "loss.item()": (lambda m, x, y, lr: autocast_step(m, x, y, lr).item(), "loss.item()"),
 }
 
 

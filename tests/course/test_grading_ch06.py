@@ -146,12 +146,13 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("6.2", shard_floor, "rounded the rows per rank down"),
     ("6.2", shard_round_robin, "round-robin"),
     ("6.2", shard_torch_chunk, "entries; it needs"),
-    ("6.3", gather_strip_zeros, "entries; it needs"),
-    ("6.3", gather_rstrip_zeros, "entries; it needs"),
-    ("6.3", gather_keep_padding, "entries; it needs"),
-    ("6.3", gather_reversed, "not the right one"),
+    # a known mistake is named before the list's length (was "your list has 7 entries")
+    ("6.3", gather_strip_zeros, "dropped every 0.0"),
+    ("6.3", gather_rstrip_zeros, "stripped the trailing zeros"),
+    ("6.3", gather_keep_padding, "kept the padding"),
+    ("6.3", gather_reversed, "reverse order"),  # was "not the right one for this input"
     ("6.4", largest_gib, "GiB"),
-    ("6.4", largest_ddp, ""),
+    ("6.4", largest_ddp, "DDP's 16 bytes"),  # was only "the formula of the previous stage"
 ]
 
 

@@ -69,8 +69,9 @@ AUTOCAST_RUNNER: Callable[..., Any] = run_autocast_step
 
 def torch_step(widths: list[int], size: int, seed: int, lr: float, *,
                dtype: torch.dtype | None = torch.bfloat16, cast_model: bool = False,
-               step: bool = True) -> dict[str, Any]:
-    """The step as torch does it (autocast to `dtype`; None: no autocast), or a slip."""
+               step: bool = True, lr_scale: float = 1.0) -> dict[str, Any]:
+    """The step as torch does it (autocast to `dtype`; None: no autocast), or a slip
+    (`lr_scale` times the step)."""
 
     def learner(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> Any:
         if cast_model:
@@ -83,7 +84,7 @@ def torch_step(widths: list[int], size: int, seed: int, lr: float, *,
             with torch.no_grad():
                 for p in model.parameters():
                     if p.grad is not None:
-                        p.sub_(lr * p.grad)
+                        p.sub_(lr * lr_scale * p.grad)
         return loss
 
     return run_autocast_step(learner, widths, size, seed, lr)
@@ -120,6 +121,14 @@ def _autocast_cases(rng: random.Random) -> Iterator[Case]:
                     torch_step(widths, size, seed, lr, step=False),
                 "float16 is not bfloat16: on the CPU autocast takes dtype=torch.bfloat16":
                     torch_step(widths, size, seed, lr, dtype=torch.float16),
+                "the parameters moved twice as far as one step of lr * p.grad: did you "
+                "update them twice (by hand and with an optimizer's step()), or double lr?":
+                    {**expected, "params": torch_step(widths, size, seed, lr,
+                                                      lr_scale=2.0)["params"]},
+                "your function did not return the loss: end it with `return loss`":
+                    {**expected, "loss_dtype": "NoneType"},
+                "you returned loss.item(), a Python float: return the loss tensor itself":
+                    {**expected, "loss_dtype": "float"},
             },
         )
 

@@ -13,13 +13,14 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from dpsim.course.exercises.ch02_p2p_answers import expected_answer, slips
+from dpsim.course.exercises.ch02_p2p_answers import expected_answer, ring_explain, slips
 from dpsim.course.exercises.ch02_ranks import run_on_ranks
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim.collectives.cost import bytes_sent_per_rank
@@ -158,9 +159,10 @@ RANKS_RUNNER: Callable[..., Any] = run_on_ranks
 
 def _ranks_case(kind: str, n: int, items: list[dict[str, Any]], what: str) -> Case:
     """One launch of n gloo ranks running the learner's function on every item."""
-    return Case(f"{n} gloo ranks; {what}", args=(kind, n, items),
-                expected=expected_answer(kind, n, items), mistakes=slips(kind, n, items),
-                call=RANKS_RUNNER)
+    expected = expected_answer(kind, n, items)
+    return Case(f"{n} gloo ranks; {what}", args=(kind, n, items), expected=expected,
+                mistakes=slips(kind, n, items), call=RANKS_RUNNER,
+                explain=functools.partial(ring_explain, kind, expected))
 
 
 def _lengths(items: list[dict[str, Any]]) -> str:

@@ -15,11 +15,23 @@ from typing import Any
 
 import torch
 
-from dpsim.course.exercises.ch02_ranks import FIELDS, FORBIDDEN, rank_data
+from dpsim.course.exercises.ch02_ranks import (
+    FIELDS,
+    FORBIDDEN,
+    first_wrong_chunk,
+    rank_data,
+    ring_run,
+    ring_sends,
+)
 from dpsim.sim.collectives.ring import chunk_bounds
 
 NO_MESSAGES = ("no message went through dist.isend / dist.irecv (or dist.send / dist.recv, "
                "dist.batch_isend_irecv): the exercise is to move the data with them yourself")
+
+# the collective of torch each kind's mistakes name (the one that answers it outright)
+COLLECTIVE_OF = {"all_gather": "all_gather_into_tensor", "reduce_scatter":
+                 "reduce_scatter_tensor", "broadcast": "broadcast", "all_reduce": "all_reduce",
+                 "pipelined": "all_reduce"}
 
 
 def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -43,24 +55,44 @@ def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
 def ring_final(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,
                shift: int = 1) -> list[list[float]]:
     """Every rank's tensor after the ring of 2.3 (optionally without, or adding in, the
-    all-gather), computed step by step as the exercise describes it; at step t rank r
-    sends chunk (r - shift - t) % n (shift 1 is right, 0 the usual slip)."""
-    n = len(arrays)
-    bufs = [a.clone() for a in arrays]
-    bounds = chunk_bounds(len(arrays[0]), n)
-    phases = [(True, t) for t in range(n - 1)]
-    if gather:
-        phases += [(add_in_gather, n - 1 + t) for t in range(n - 1)]
-    for add, step in phases:
-        chunk = [(r - shift - step) % n for r in range(n)]
-        payload = [bufs[r][slice(*bounds[chunk[r]])].clone() for r in range(n)]
-        for r in range(n):
-            target = bufs[(r + 1) % n][slice(*bounds[chunk[r]])]
-            if add:
-                target += payload[r]
-            else:
-                target.copy_(payload[r])
-    return [b.tolist() for b in bufs]
+    all-gather), computed step by step as the exercise describes it (`ring_run`)."""
+    return [b.tolist() for b in ring_run(arrays, gather, add_in_gather, shift)[0]]
+
+
+def ring_wrong_chunks(kind: str, arrays: list[torch.Tensor], **slip: Any) -> list[int]:
+    """Per rank, the first message of the ring slip `slip` (`ring_run`'s keywords) that
+    carries another chunk than the exercise's schedule (-1: none)."""
+    sent = ring_run(arrays, gather=kind == "all_reduce", **slip)[1]
+    return [first_wrong_chunk(mine, schedule)
+            for mine, schedule in zip(sent, ring_sends(kind, arrays), strict=True)]
+
+
+WRONG_CHUNK = {
+    "all_reduce": "at step t of the reduce-scatter rank r sends chunk (r - 1 - t) mod N "
+                  "(and (r - t) mod N in the all-gather), one chunk per message",
+    "reduce_scatter": "at step t rank r sends chunk (r - 1 - t) mod N, one chunk per message",
+    "all_gather": "at step t rank r sends piece (r - t) mod N (rank r - t's tensor), one "
+                  "piece per message"}
+
+
+def wrong_chunk_hint(kind: str) -> str:
+    """The hint for a ring whose sums come out right from other messages than the schedule's."""
+    return (f"your result is right, but not from the exercise's ring: {WRONG_CHUNK[kind]}; "
+            "a message of yours carried something else (another chunk, or more than one)")
+
+
+def ring_explain(kind: str, expected: dict[str, Any], answer: Any) -> str | None:
+    """A case's grader-side hint (`Case.explain`): another collective called
+    (`other_collectives`), or the right result from other messages than the schedule's."""
+    other = other_collectives(kind, answer)
+    if other is not None or kind not in WRONG_CHUNK or not isinstance(answer, dict):
+        return other
+    wrong = answer.get("wrong_chunk")
+    rest = {k: v for k, v in answer.items() if k != "wrong_chunk"}
+    if (isinstance(wrong, list) and wrong != expected["wrong_chunk"]
+            and rest == {k: v for k, v in expected.items() if k != "wrong_chunk"}):
+        return wrong_chunk_hint(kind)
+    return None
 
 
 def _ring_pattern(n: int, steps: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -88,7 +120,7 @@ def _item_answer(kind: str, n: int, item: dict[str, Any]) -> dict[str, Any]:
         item.get("n_segments", 1)))
     return {"result": result, "unchanged": [True] * n, "sent_to": sent,
             "received_from": received, "largest_send": [largest] * n,
-            "forwards_early": [True] * n}
+            "forwards_early": [True] * n, "wrong_chunk": [-1] * n}
 
 
 def expected_answer(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -97,6 +129,22 @@ def expected_answer(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str,
     out: dict[str, Any] = {f: [a[f] for a in per_item] for f in FIELDS[kind]}
     out["collectives"] = []
     return out
+
+
+def other_collectives(kind: str, answer: Any) -> str | None:
+    """The hint for an answer that called a collective of torch other than the one its
+    mistakes name (`dist.all_gather` in a ring all-gather, an all-reduce in a broadcast):
+    None for any other answer (the mistakes then name it)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("collectives"), list):
+        return None
+    named = {COLLECTIVE_OF[kind], *FORBIDDEN.get(kind, ())}
+    others = [c for c in answer["collectives"] if isinstance(c, str) and c not in named]
+    if not others:
+        return None
+    called = ", ".join(f"dist.{c}" for c in others)
+    return (f"you called {called} (imported or not, or a functional form of it: it is "
+            "noticed); the exercise is to move the data yourself with dist.isend and "
+            "dist.irecv only")
 
 
 def _with(expected: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -109,16 +157,16 @@ def _common(kind: str, n: int, expected: dict[str, Any], items: list[dict[str, A
             ) -> dict[str, Any]:
     """Slips every kind shares: a collective instead of messages, uncounted messages."""
     silent: list[list[list[int]]] = [[[] for _ in range(n)] for _ in expected["result"]]
-    collective = {"all_gather": "all_gather_into_tensor", "reduce_scatter":
-                  "reduce_scatter_tensor", "broadcast": "broadcast"}.get(kind, "all_reduce")
+    collective = COLLECTIVE_OF[kind]
     out: dict[str, Any] = {
         NO_MESSAGES: _with(expected, sent_to=silent, received_from=silent),
-        f"you called dist.{collective}; the exercise is to build it from dist.isend and "
-        "dist.irecv": _with(expected, sent_to=silent, received_from=silent,
-                            collectives=[collective]),
-        f"you called dist.{collective} (imported or not, it is noticed): the messages you "
-        "sent beside it do not make it yours; build it from dist.isend and dist.irecv only":
-            _with(expected, collectives=[collective]),
+        f"you called dist.{collective} (or a functional form of it, "
+        "torch.distributed._functional_collectives or torch.distributed.nn.functional); the "
+        "exercise is to build it from dist.isend and dist.irecv": _with(
+            expected, sent_to=silent, received_from=silent, collectives=[collective]),
+        f"you called dist.{collective} (imported or not, or a functional form of it: it is "
+        "noticed): the messages you sent beside it do not make it yours; build it from "
+        "dist.isend and dist.irecv only": _with(expected, collectives=[collective]),
     }
     for name in FORBIDDEN.get(kind, ()):
         own = [[rank_data(it["seed"], r, it["length"]).tolist() for r in range(n)]
@@ -143,6 +191,8 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"a ring needs N-1 = {n - 1} steps; your ranks sent one message more"] = _with(
             expected, sent_to=[[s + s[:1] for s in it] for it in expected["sent_to"]],
             received_from=[[s + s[:1] for s in it] for it in expected["received_from"]])
+    if kind in WRONG_CHUNK:  # every rank's first message off the schedule: a shifted ring
+        out[wrong_chunk_hint(kind)] = _with(expected, wrong_chunk=[[0] * n for _ in items])
     if kind == "all_gather":
         out["rank q's tensor belongs at position q of the result (rank order), not in the "
             "order the pieces arrived"] = _with(expected, result=[
@@ -155,8 +205,9 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
             bounds = chunk_bounds(it["length"], n)
             shifted.append([final[r][slice(*bounds[r])] for r in range(n)])
         out["rank r must end with the sum of chunk r: at step t it sends chunk "
-            "(r - 1 - t) % N; your chunks look shifted by one"] = _with(expected,
-                                                                       result=shifted)
+            "(r - 1 - t) % N; your chunks look shifted by one"] = _with(
+            expected, result=shifted,
+            wrong_chunk=[ring_wrong_chunks(kind, d, shift=0) for d in datas])
     if kind == "all_reduce":
         out["the all-gather phase is missing: after the reduce-scatter each rank owns one "
             "summed chunk; N-1 more steps pass the finished chunks around"] = _with(
@@ -166,7 +217,9 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
         out["in the all-gather phase, put the arriving (finished) chunk in place (irecv "
             "straight into the chunk); adding it to your partial sum counts some ranks "
             "twice"] = _with(expected, result=[ring_final(d, add_in_gather=True)
-                                               for d in datas])
+                                               for d in datas],
+                             wrong_chunk=[ring_wrong_chunks(kind, d, add_in_gather=True)
+                                          for d in datas])
         out["sum into the tensor you were given, in place (tensor.tensor_split(N) gives views "
             "of it): the caller's tensor came back unchanged, and what your function returns "
             "is not looked at"] = _with(expected, result=[[x.tolist() for x in d] for d in datas])

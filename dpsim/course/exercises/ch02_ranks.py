@@ -6,10 +6,13 @@ with every message counted.
 collective ends up however the learner calls it (`dist.isend`, an imported `isend`,
 `dist.batch_isend_irecv` of `dist.P2POp`s), are wrapped: every message is logged (peer,
 elements), every wait on a receive too, and calling a collective (`dist.all_reduce`, an
-imported `all_reduce`, ...) is noticed. The learner's function then runs once per item on the
-rank's own data (`rank_data`: small whole numbers in float32, so every sum is exact in
-any order) and the rank returns plain data: the result as a list, whether the input was
-left unchanged, and the messages it sent and received. Nothing is compared here: the
+imported `all_reduce`, ...) is noticed; so is a functional collective
+(`torch.distributed._functional_collectives`, which reaches the backend without any
+ProcessGroup method), seen by a dispatch mode as the op it runs (`distributed_ops`). The
+learner's function then runs once per item on the rank's own data (`rank_data`: small
+whole numbers in float32, so every sum is exact in any order) and the rank returns plain
+data: the result as a list, whether the input was left unchanged, and the messages it sent
+and received. Nothing is compared here: the
 expected answers are computed in the grader (`ch02_p2p_answers`) from the same `rank_data`.
 Every rank runs in the launcher's own process group; the other chapters' harnesses, which
 give each case a group of its own, use `dpsim.course.grading.ranks.run_specs`.
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 
 from dpsim.course.grading.ranks import rank_error
+from dpsim.sim.collectives.ring import chunk_bounds
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "pipelined", "broadcast")
 # ProcessGroup methods, where every message and collective of torch.distributed ends up
@@ -49,16 +53,39 @@ COLLECTIVES = {"allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
                "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter",
                "gather": "gather", "alltoall": "all_to_all", "alltoall_base": "all_to_all_single",
                "all_to_all_single": "all_to_all_single"}
+# torch's dispatcher ops that move data between ranks, by namespace: c10d's (what the
+# ProcessGroup's methods run) and the functional collectives' (what
+# torch.distributed._functional_collectives runs without any ProcessGroup method: its
+# legacy and autograd names too). A dispatch mode on the ranks notices their collectives by
+# the same names as COLLECTIVES (a trailing "_", "_out" or "_coalesced" left off)
+OP_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
+OP_COLLECTIVES = {"allreduce": "all_reduce", "all_reduce": "all_reduce",
+                  "allgather": "all_gather", "_allgather_base": "all_gather_into_tensor",
+                  "allgather_into_tensor": "all_gather_into_tensor",
+                  "all_gather_into_tensor": "all_gather_into_tensor",
+                  "reduce_scatter": "reduce_scatter",
+                  "_reduce_scatter_base": "reduce_scatter_tensor",
+                  "reduce_scatter_tensor": "reduce_scatter_tensor",
+                  "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter",
+                  "gather": "gather", "alltoall": "all_to_all",
+                  "alltoall_base": "all_to_all_single", "all_to_all_single": "all_to_all_single"}
+# their ops that are no collective: messages (the functional ones are logged by the mode,
+# c10d's by the ProcessGroup wrappers), waits, barriers
+OP_NOT_COLLECTIVES = {"send", "recv", "recv_any_source", "isend", "irecv", "batch_p2p_ops",
+                      "wait_tensor", "barrier", "monitored_barrier", "_wrap_tensor_autograd"}
 LAUNCH_TIMEOUT_S = 60.0
+RINGS = ("all_gather", "reduce_scatter", "all_reduce")  # kinds whose chunks are checked
 # dpsim functions that answer an exercise (its `forbidden`): on the ranks, out of the
 # sandbox's reach, a call is recorded among the collectives and does nothing
 FORBIDDEN = {"all_reduce": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",),
              "pipelined": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",)}
-# what a case compares, per kind: results, untouched inputs, peers of every message, and
-# for the pipelined ring whether a segment went on before its whole chunk arrived
-FIELDS = {"all_gather": ("result", "unchanged", "sent_to", "received_from"),
-          "reduce_scatter": ("result", "unchanged", "sent_to", "received_from"),
-          "all_reduce": ("result", "sent_to", "received_from"),
+# what a case compares, per kind: results, untouched inputs, peers of every message, for the
+# rings the first message that carried another chunk than the exercise's schedule sends
+# (`wrong_chunk`), and for the pipelined ring whether a segment went on before its whole
+# chunk arrived
+FIELDS = {"all_gather": ("result", "unchanged", "sent_to", "received_from", "wrong_chunk"),
+          "reduce_scatter": ("result", "unchanged", "sent_to", "received_from", "wrong_chunk"),
+          "all_reduce": ("result", "sent_to", "received_from", "wrong_chunk"),
           "pipelined": ("result", "sent_to", "received_from", "largest_send",
                         "forwards_early"),
           "broadcast": ("result", "sent_to", "received_from")}
@@ -70,10 +97,62 @@ def rank_data(seed: int, rank: int, length: int) -> torch.Tensor:
     return torch.randint(-9, 10, (length,), generator=gen).to(torch.float32)
 
 
-def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
+def ring_run(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,
+             shift: int = 1) -> tuple[list[torch.Tensor], list[list[list[float]]]]:
+    """The ring of 2.3 step by step, as the exercise describes it: every rank's tensor at
+    the end, and what each rank sent, message by message. At step t of the reduce-scatter
+    rank r sends chunk (r - shift - t) % n to rank r + 1, which adds it into its own (shift
+    1 is right, 0 the usual slip); the all-gather (`gather`) goes on with the same schedule
+    and puts the arriving chunk in place (or adds it: `add_in_gather`, a slip)."""
+    n = len(arrays)
+    bufs = [a.clone() for a in arrays]
+    bounds = chunk_bounds(len(arrays[0]), n)
+    sent: list[list[list[float]]] = [[] for _ in range(n)]
+    phases = [(True, t) for t in range(n - 1)]
+    if gather:
+        phases += [(add_in_gather, n - 1 + t) for t in range(n - 1)]
+    for add, step in phases:
+        chunk = [(r - shift - step) % n for r in range(n)]
+        payload = [bufs[r][slice(*bounds[chunk[r]])].clone() for r in range(n)]
+        for r in range(n):
+            sent[r].append(payload[r].tolist())
+            target = bufs[(r + 1) % n][slice(*bounds[chunk[r]])]
+            if add:
+                target += payload[r]
+            else:
+                target.copy_(payload[r])
+    return bufs, sent
+
+
+def ring_sends(kind: str, arrays: list[torch.Tensor]) -> list[list[list[float]]]:
+    """What each rank sends, message by message, in the exercise's ring of `kind` (2.3's
+    all-reduce, 2.5's reduce-scatter: `ring_run`; 2.4's all-gather: at step t rank r sends
+    piece (r - t) % n, rank r - t's tensor)."""
+    n = len(arrays)
+    if kind == "all_gather":
+        return [[arrays[(r - t) % n].tolist() for t in range(n - 1)] for r in range(n)]
+    return ring_run(arrays, gather=kind == "all_reduce")[1]
+
+
+def first_wrong_chunk(sent: list[list[float]], schedule: list[list[float]]) -> int:
+    """Index of the first message whose content differs from the schedule's (-1: none, or
+    not judged when the number of messages differs: the message count tells that)."""
+    if len(sent) != len(schedule):
+        return -1
+    return next((k for k, (a, b) in enumerate(zip(sent, schedule, strict=True)) if a != b), -1)
+
+
+def _content(tensors: Any) -> list[float]:
+    items = tensors if isinstance(tensors, list | tuple) else [tensors]
+    return [x for t in items if isinstance(t, torch.Tensor)
+            for x in t.detach().cpu().reshape(-1).tolist()]
+
+
+def _instrument(log: list[tuple[str, int, int]], used: list[str],
+                sent: list[list[float]]) -> None:
     """Wrap the ProcessGroup's messages (logged: ("isend"/"irecv", peer, elements), and
-    ("wait", index of the receive in the log, 0) when the learner waits on a receive) and
-    its collectives (noticed)."""
+    ("wait", index of the receive in the log, 0) when the learner waits on a receive; what
+    each send carries, as it was posted, in `sent`) and its collectives (noticed)."""
     from torch.distributed import ProcessGroup, Work
 
     receives: dict[int, int] = {}  # id of a receive's Work -> its index in the log
@@ -84,6 +163,8 @@ def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
             numel = sum(t.numel() for t in items if isinstance(t, torch.Tensor))
             peer = -1 if method == "recv_anysource" or not args else int(args[0])
             log.append((name, peer, numel))
+            if name == "isend":
+                sent.append(_content(tensors))
             index = len(log) - 1
             work = original(self, tensors, *args, **kwargs)
             if name == "irecv":
@@ -110,6 +191,49 @@ def _instrument(log: list[tuple[str, int, int]], used: list[str]) -> None:
         if hasattr(ProcessGroup, method):
             setattr(ProcessGroup, method, collective(name, getattr(ProcessGroup, method)))
     setattr(Work, "wait", wait)  # noqa: B010 (a method of a C++ class, replaced)
+
+
+def op_collective(namespace: str, op_name: str) -> str | None:
+    """The collective a dispatcher op is (as COLLECTIVES names it), or None for any other op
+    (a message, a wait, a barrier, or no op of torch.distributed at all)."""
+    if namespace not in OP_NAMESPACES:
+        return None
+    name = op_name.rstrip("_")
+    for tail in ("_out", "_coalesced"):
+        name = name.removesuffix(tail)
+    if name in OP_NOT_COLLECTIVES:
+        return None
+    return OP_COLLECTIVES.get(name, name)
+
+
+def distributed_ops(log: list[tuple[str, int, int]], used: list[str],
+                    sent: list[list[float]]) -> Any:
+    """A dispatch mode that notices the collectives and logs the messages of torch's
+    functional collectives (`torch.distributed._functional_collectives`, which reach the
+    backend without any ProcessGroup method): every op of torch passes through it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DistributedOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            namespace, op_name = func.namespace, func._schema.name.split("::")[-1]
+            if namespace in OP_NAMESPACES:
+                if op_name in ("isend", "irecv"):
+                    log.append((op_name, int(args[1]), int(args[0].numel())))
+                    if op_name == "isend":
+                        sent.append(_content(args[0]))
+                elif op_name == "batch_p2p_ops":
+                    for op, peer, tensor in zip(args[0], args[1], args[3], strict=False):
+                        log.append((str(op), int(peer), int(tensor.numel())))
+                        if op == "isend":
+                            sent.append(_content(tensor))
+                else:
+                    collective = op_collective(namespace, op_name)
+                    if collective is not None:
+                        used.append(collective)
+            return func(*args, **(kwargs or {}))
+
+    return DistributedOps()
 
 
 def forwards_early(log: list[tuple[str, int, int]], n_segments: int, world_size: int
@@ -179,7 +303,8 @@ def p2p_rank(rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], st
     """On one rank: each job (fn, kind, items) on this rank's data, messages logged."""
     log: list[tuple[str, int, int]] = []
     used: list[str] = []
-    _instrument(log, used)
+    sent: list[list[float]] = []
+    _instrument(log, used, sent)
     answers = []
     for fn, kind, items in jobs:
         per_item = []
@@ -189,7 +314,10 @@ def p2p_rank(rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], st
             data = rank_data(item["seed"], rank, item["length"])
             before = data.clone()
             log.clear()
-            _, result = _call(fn, kind, data, item)
+            sent.clear()
+            used_before = len(used)
+            with distributed_ops(log, used, sent):
+                _, result = _call(fn, kind, data, item)
             unchanged = bool(torch.equal(data, before)) if kind in (
                 "all_gather", "reduce_scatter") else True
             per_item.append({
@@ -199,6 +327,13 @@ def p2p_rank(rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], st
                 "largest_send": max([n for name, _, n in log if name == "isend"], default=0),
                 "forwards_early": kind == "pipelined" and forwards_early(
                     log, item["n_segments"], world_size),
+                # judged on a ring of the exercise's messages only (no collective, every
+                # message to rank + 1): the other slips have hints of their own
+                "wrong_chunk": first_wrong_chunk(sent, ring_sends(kind, [
+                    rank_data(item["seed"], r, item["length"]) for r in range(world_size)])[rank])
+                if kind in RINGS and len(used) == used_before and all(
+                    peer == (rank + 1) % world_size for name, peer, _ in log if name == "isend")
+                else -1,
             })
         answers.append({"items": per_item, "collectives": sorted(set(used))})
     return answers

@@ -82,6 +82,9 @@ def _chunk_size_cases(rng: random.Random) -> Iterator[Case]:
                 "batch": [size] * n,
                 "your chunks are in reverse order: the full chunks of ceil(B/N) come first, "
                 "the smaller rest last": expected[::-1],
+                "you kept empty chunks: torch.chunk returns fewer than N chunks when the "
+                "batch runs out, and DataParallel uses only as many devices as chunks":
+                    expected + [0] * (n - len(expected)) if len(expected) < n else None,
             },
         )
 

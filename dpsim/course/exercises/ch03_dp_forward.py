@@ -115,6 +115,8 @@ def reference(module: nn.Module, x: torch.Tensor, device_ids: list[int],
     else:
         for i in range(len(inputs)):
             apply(i)
+    if slip == "reversed":
+        outputs.reverse()
     return torch.cat(outputs, 0 if slip == "dim0" else dim), output_device
 
 
@@ -167,6 +169,11 @@ def _data_parallel_cases(rng: random.Random) -> Iterator[Case]:
             "with one device id DataParallel calls the module itself: no replica, no "
             "gather": run_data_parallel(_case_maker("always_replicate"), *args),
         }
+        if len(ids) > 1:
+            mistakes["the gathered output is out of order: torch.cat the replicas' outputs "
+                     "in the order of device_ids (keep each output at its chunk's index, "
+                     "whichever thread finishes first)"] = run_data_parallel(
+                _case_maker("reversed"), *args)
         if dim:
             mistakes["scatter and gather along `dim`; you cut along dimension 0"] = \
                 run_data_parallel(_case_maker("dim0"), *args)

@@ -118,6 +118,13 @@ def _flat_cases(rng: random.Random) -> list[tuple[list[float], int]]:
     return out
 
 
+def _rstrip_zeros(values: list[float]) -> list[float]:
+    end = len(values)
+    while end and values[end - 1] == 0.0:
+        end -= 1
+    return values[:end]
+
+
 @exercise("6.3", function="all_gather_unpad",
           title="Put the shards back together (all-gather) and drop the padding", points=1)
 def _gather_cases(rng: random.Random) -> Iterator[Case]:
@@ -130,8 +137,12 @@ def _gather_cases(rng: random.Random) -> Iterator[Case]:
                    "(some of them 0.0)",
                    args=([list(s) for s in shards], len(flat)), expected=list(flat),
                    mistakes={"you kept the padding at the end": joined,
+                             "you joined the shards in reverse order: rank 0's shard comes "
+                             "first": [x for s in reversed(shards) for x in s][:len(flat)],
                              "you dropped every 0.0, but the parameter has zeros of its own: "
-                             "cut at numel instead": [x for x in joined if x != 0.0]})
+                             "cut at numel instead": [x for x in joined if x != 0.0],
+                             "you stripped the trailing zeros, but the parameter can end in "
+                             "zeros of its own: cut at numel instead": _rstrip_zeros(joined)})
 
 
 @exercise("6.4", function="largest_model", title="The largest model that fits", points=2)
@@ -150,6 +161,9 @@ def _largest_cases(rng: random.Random) -> Iterator[Case]:
         if stage > 0:
             mistakes["you used the formula of the previous stage"] = max_params_that_fit(
                 memory_GB * GB, n, stage - 1)
+            mistakes["you kept DDP's 16 bytes per parameter on every device whatever the "
+                     "stage; ZeRO stage 1 shards the optimizer state, 2 the gradients too, 3 "
+                     "the parameters too"] = max_params_that_fit(memory_GB * GB, n, 0)
         yield Case(f"memory_GB={memory_GB}, world_size={n}, stage={stage}",
                    args=(memory_GB, n, stage), expected=right, mistakes=mistakes,
                    rel_tol=1e-6)

@@ -188,12 +188,10 @@ def direction(answer: Any, expected: Any) -> str:
 
 def hint(answer: Any, expected: Any, mistakes: dict[str, Any], rel_tol: float,
          abs_tol: float) -> str:
-    """The hint for a wrong answer: its shape, a known mistake it matches, or its direction.
+    """The hint for a wrong answer: a known mistake it matches (before its shape: a list
+    that kept the padding is named, not counted), its shape, or its direction.
     Never raises, whatever the answer."""
     try:
-        problem = shape_problem(answer, expected)
-        if problem:
-            return problem
         hints = [words for words, wrong in mistakes.items()
                  if wrong is not None and not same(wrong, expected, rel_tol, abs_tol)
                  and same(answer, wrong, rel_tol, abs_tol)]
@@ -201,6 +199,6 @@ def hint(answer: Any, expected: Any, mistakes: dict[str, Any], rel_tol: float,
             return f"looks like {hints[0]}"
         if hints:
             return "looks like one of these:" + "".join(f"\n    - {h}" for h in hints)
-        return direction(answer, expected)
+        return shape_problem(answer, expected) or direction(answer, expected)
     except (RecursionError, OverflowError, ValueError, TypeError, ArithmeticError):
         return "your answer is not the right one for this input"
