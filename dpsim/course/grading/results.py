@@ -46,16 +46,10 @@ class ExerciseGrade:
         return self.status or ("passed" if self.message is None else "failed")
 
 
-@dataclass
-class NotebookGrade:
-    """All grades of one notebook, with notes on how its run went."""
+class Totals:
+    """Points, maximum and grader errors over `grades` (a notebook's or a student's)."""
 
-    path: str
-    grades: dict[str, ExerciseGrade] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    student: str = ""  # whose notebook ("" : the path)
-    digest: str = ""  # sha256 of the notebook's bytes
+    grades: dict[str, ExerciseGrade]
 
     @property
     def points(self) -> int:
@@ -74,7 +68,19 @@ class NotebookGrade:
 
 
 @dataclass
-class StudentGrade:
+class NotebookGrade(Totals):
+    """All grades of one notebook, with notes on how its run went."""
+
+    path: str
+    grades: dict[str, ExerciseGrade] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    student: str = ""  # whose notebook ("" : the path)
+    digest: str = ""  # sha256 of the notebook's bytes
+
+
+@dataclass
+class StudentGrade(Totals):
     """One student's grades over all their notebooks: each exercise once, its best result."""
 
     student: str
@@ -82,21 +88,6 @@ class StudentGrade:
     grades: dict[str, ExerciseGrade] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
-
-    @property
-    def points(self) -> int:
-        """Points earned."""
-        return sum(g.points for g in self.grades.values())
-
-    @property
-    def max_points(self) -> int:
-        """Points available."""
-        return sum(g.max_points for g in self.grades.values())
-
-    @property
-    def errors(self) -> int:
-        """Exercises the grader failed on."""
-        return sum(g.outcome == "error" for g in self.grades.values())
 
 
 def by_student(grades: list[NotebookGrade]) -> list[StudentGrade]:
