@@ -15,14 +15,14 @@ the same step runs with these stand-ins, which keep torch's signatures and seman
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from dpsim.labs.ch03_data_parallel.dp_reenact import replicate_module
+from dpsim.labs.ch03_data_parallel.dp_reenact import replicate_module, run_threads
 from dpsim.sim.validation import require_int
 
 
@@ -64,27 +64,14 @@ def parallel_apply(modules: Sequence[nn.Module], inputs: Sequence[Any]) -> list[
         raise ValueError(f"len(modules)={len(modules)} and len(inputs)={len(inputs)} differ; "
                          "allowed: one input per replica")
     outputs: list[Any] = [None] * len(modules)
-    errors: list[BaseException] = []
     grad_enabled = torch.is_grad_enabled()
-    before = torch.get_num_threads()
 
     def run(i: int) -> None:
-        try:
-            torch.set_num_threads(1)
-            with torch.set_grad_enabled(grad_enabled):  # autograd mode is per thread
-                args = inputs[i] if isinstance(inputs[i], (list, tuple)) else (inputs[i],)
-                outputs[i] = modules[i](*args)
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            errors.append(exc)
+        with torch.set_grad_enabled(grad_enabled):  # autograd mode is per thread
+            args = inputs[i] if isinstance(inputs[i], (list, tuple)) else (inputs[i],)
+            outputs[i] = modules[i](*args)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(modules))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    torch.set_num_threads(before)
-    if errors:
-        raise errors[0]
+    run_threads([functools.partial(run, i) for i in range(len(modules))])
     return outputs
 
 

@@ -52,7 +52,7 @@ def replicate_module(module: nn.Module, params: list[torch.Tensor]) -> nn.Module
     return copies[id(module)]
 
 
-def _run_threads(fns: list[Callable[[], None]]) -> None:
+def run_threads(fns: Sequence[Callable[[], None]]) -> None:
     """Run one thread per function (parallel_apply); re-raise the first error.
 
     Each thread computes with one intra-op thread (the virtual devices share this CPU;
@@ -173,7 +173,7 @@ def _parallel_apply(step: _Step, replicas: list[nn.Module], inputs: list[torch.T
 
     fns = [forward(d) for d in range(used)]
     launched = [step.clock.now()] * used
-    _run_threads(fns)
+    run_threads(fns)
     return [o for o in outputs if o is not None]
 
 
@@ -239,7 +239,7 @@ def _replica_backward(step: _Step, outs: list[torch.Tensor], grads: list[torch.T
             step.tr.sample(d, t1, "gradients", _grad_bytes(step.replica_params[d]))
         return run
 
-    _run_threads([backward(d) for d in range(len(outs))])
+    run_threads([backward(d) for d in range(len(outs))])
 
 
 def _reduce(step: _Step) -> None:
