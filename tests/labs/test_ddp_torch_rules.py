@@ -12,11 +12,9 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -25,15 +23,6 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 TORCH = Path(torch.__file__).parent
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A one-rank gloo process group in this process, destroyed afterwards."""
-    store = tmp_path_factory.mktemp("rendezvous") / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def _net() -> nn.Sequential:

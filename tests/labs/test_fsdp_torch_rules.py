@@ -7,25 +7,13 @@ process, so it fails when torch changes the behaviour notebooks/06_fsdp.ipynb st
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 TORCH = Path(torch.__file__).parent
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A one-rank gloo process group in this process, destroyed afterwards."""
-    store = tmp_path_factory.mktemp("rendezvous") / "store"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_reduce_dtype_none_reduces_in_param_dtype() -> None:
