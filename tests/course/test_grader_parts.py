@@ -150,12 +150,17 @@ def test_sandbox_judges_plain_answers_only(tmp_path: Path) -> None:
     def detaches(*args, **kwargs):  # type: ignore[no-untyped-def]
         import os
         import time
+        ready_r, ready_w = os.pipe()
         if os.fork() == 0:  # leaves the session, keeps the answer pipe open
             os.setsid()
             with open(pid_file, "a") as f:
                 f.write(f"{os.getpid()}\n")
+            os.write(ready_w, b"x")
             time.sleep(600)
             os._exit(0)
+        os.close(ready_w)
+        os.read(ready_r, 1)  # the pid is on disk before the answer is
+        os.close(ready_r)
         return -1
 
     with Sandbox() as sandbox:
