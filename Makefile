@@ -41,7 +41,8 @@ ifndef TORCH_STEP
   $(error TORCH=$(TORCH) is not known; allowed: cpu, default, ci)
 endif
 
-.PHONY: lab test test-fast lint test-gpu gpu-bundle test-floor test-browser bench exercises clean
+.PHONY: lab test test-fast lint test-gpu gpu-bundle test-floor test-browser bench exercises clean \
+  site site-serve
 
 # Switching TORCH later: `make clean` first (an installed torch satisfies every choice).
 $(STAMP): pyproject.toml constraints/ci.txt
@@ -60,6 +61,15 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts
 	$(BIN)/mypy
+
+# The course as a static site in build/site (open build/site/index.html, or make site-serve):
+# every chapter run on this machine (cached in build/site-executed: a notebook runs again
+# only when it or dpsim changed), then Sphinx with myst-nb. No network. README, "The site".
+site: $(STAMP)
+	$(BIN)/python -m dpsim site build --out build/site
+
+site-serve: $(STAMP)
+	$(BIN)/python -m dpsim site serve --out build/site --port $(or $(PORT),8000)
 
 exercises: $(STAMP)
 	$(BIN)/python -m dpsim exercises build

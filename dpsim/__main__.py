@@ -1,4 +1,4 @@
-"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate}."""
+"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate,site}."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to a subcommand; return the process exit code."""
+def command_line() -> argparse.ArgumentParser:
+    """Every subcommand and its options."""
     parser = argparse.ArgumentParser(prog="python -m dpsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="what this machine has and what will run for real here")
@@ -51,6 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     val.add_argument("--write-constants", action="store_true",
                      help="also write the collective fit's constants into "
                           "dpsim/sim/collectives/link_constants.py (after adding a published run)")
+    site = sub.add_parser("site", help="build the course's static site (every chapter with "
+                          "its outputs) or serve it on 127.0.0.1")
+    site.add_argument("action", choices=["build", "serve"])
+    site.add_argument("--out", default="build/site", help="the site's folder")
+    site.add_argument("--executed", default=None,
+                      help="build: a folder of executed copies of every notebook (default: "
+                           "run them here, cached in build/site-executed)")
+    site.add_argument("--jobs", type=int, default=2, help="build: notebooks run at a time")
+    site.add_argument("--port", type=int, default=8000, help="serve: port (0 picks one)")
+    site.add_argument("--root", default=".", help="repository root")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to a subcommand; return the process exit code."""
+    parser = command_line()
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
@@ -84,6 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return validate_main(args.root, write=not args.no_write,
                              write_constants=args.write_constants)
+    if args.command == "site":
+        from pathlib import Path
+
+        if args.action == "build":
+            from dpsim.course.website.build import main as site_main
+
+            return site_main(args.out, args.executed, args.jobs, Path(args.root).resolve())
+        from dpsim.course.website.serve import main as serve_main
+
+        return serve_main(Path(args.out), args.port)
     parser.error(f"unknown command {args.command!r}")
     return 2
 

@@ -134,5 +134,4 @@ def collectives_explorer(preset: str = "NVLink node") -> widgets.VBox:
         controls["bandwidth_GBps"].value = chosen.link.bandwidth_GBps
 
     chooser.observe(apply, names="value")
-    board = dashboard(controls, explore)
-    return widgets.VBox([chooser, board])
+    return dashboard(controls, explore, header=[chooser])

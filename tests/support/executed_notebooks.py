@@ -8,7 +8,10 @@ in JupyterLab instead of running the real runs a second time, and checks what it
 
 A widget needs the kernel that made it: the copy keeps no output of a cell that showed an
 ipywidget, and lists those cells in its metadata (`widget_cells`). The browser test runs
-them live, with the cells they need (tests/support/cell_dependencies.py).
+them live, with the cells they need (tests/support/cell_dependencies.py). The still
+picture a dashboard carries (its `text/html`, dpsim.widgets.dashboard) is kept in that
+cell's metadata instead (`STILL_KEY`), for the site built from these copies
+(dpsim.course.website).
 
 The run id is pytest-xdist's id of the test run (the same in every worker) or, without
 xdist, one made for this pytest process; a copy from an earlier run is never read.
@@ -23,9 +26,10 @@ from typing import Any
 
 import nbformat
 
+from dpsim.course.website.pages import STILL_KEY, WIDGET_MIME
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXECUTED_DIR = REPO_ROOT / "artifacts" / "executed"
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 METADATA_KEY = "dpsim"  # the copy's notebook metadata: {"widget_cells": [code cell numbers]}
 _LOCAL_RUN_ID = uuid.uuid4().hex  # this pytest process's run, when xdist is not in use
 
@@ -67,6 +71,8 @@ def write_executed(notebook: Path, outputs: dict[int, list[Any]]) -> Path:
         else:
             cell.execution_count = None
             cell.outputs = []
+            if k in widgets:
+                cell.metadata[STILL_KEY] = [_without_widget(o) for o in outputs[k]]
     target = executed_path(notebook)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
@@ -81,6 +87,12 @@ def _with_count(output: Any, count: int) -> Any:
         output = nbformat.from_dict({**output, "execution_count": count})
         output.setdefault("metadata", {})
     return output
+
+
+def _without_widget(output: Any) -> Any:
+    """An output without its widget view (what a page with no kernel can show)."""
+    data = {k: v for k, v in (output.get("data") or {}).items() if k != WIDGET_MIME}
+    return {**output, "data": data} if "data" in output else dict(output)
 
 
 def widget_cells(executed: Path) -> list[int]:
