@@ -5,6 +5,10 @@ or SIGINT (Ctrl-C) to the lab command stop it: SIGTERM to the server, which shut
 kernels down; after `STOP_GRACE_S` every process left of it (server, kernels, what they
 started) is killed. The token travels in the environment (`JUPYTER_TOKEN`), never on a
 command line, where `ps` would show it to every user of the machine.
+
+The lab's own settings (not the user's, in ~/.jupyter/lab/user-settings) come from
+lab_settings/overrides.json next to this file: no "Would you like to get notified about
+official Jupyter news?" pop-up over the dashboards, no check for a newer JupyterLab.
 """
 
 from __future__ import annotations
@@ -33,6 +37,16 @@ STOP_GRACE_S = 5.0  # SIGTERM to the server -> SIGKILL to what is left, seconds
 START_TIMEOUT_S = 120.0  # how long the server may take to start listening, seconds
 _POLL_S = 0.2  # the supervisor's period, seconds
 _PR_SET_PDEATHSIG = 1
+# JupyterLab's application settings folder (LabApp.app_settings_dir) for dpsim's lab. Read
+# from jupyterlab 4.6.6 and jupyterlab_server 2.28.1: the server folds the folder's
+# overrides.json into the settings schemas' defaults (a learner's user settings still win);
+# the announcements plugin of @jupyterlab/apputils-extension asks "Would you like to get
+# notified about official Jupyter news?" exactly when the notification plugin's `fetchNews`
+# is "none" (its schema default), and asks the server about a newer JupyterLab unless
+# `checkForUpdates` is false. (LabApp.news_url=None stops only the server's fetch, not the
+# question.) The folder replaces {app_dir}/settings, where an administrator may put
+# overrides.json or page_config.json; dpsim's .venv has none.
+LAB_APP_SETTINGS_DIR = Path(__file__).with_name("lab_settings")
 
 
 def repo_root() -> Path:
@@ -49,6 +63,7 @@ def lab_command(port: int = 0, token: str | None = None, open_browser: bool = Tr
 
     Binds 127.0.0.1 only. `port`: 0 lets the OS pick a free one. The token (in the
     environment as JUPYTER_TOKEN) comes from `token`, DPSIM_LAB_TOKEN, or is generated.
+    JupyterLab's own settings come from LAB_APP_SETTINGS_DIR (news and update checks off).
     """
     require_int("port", port, 0, 65535)
     token = token or os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
@@ -60,6 +75,7 @@ def lab_command(port: int = 0, token: str | None = None, open_browser: bool = Tr
         "--ServerApp.port_retries=50",
         f"--ServerApp.root_dir={root}",
         f"--ServerApp.open_browser={open_browser}",
+        f"--LabApp.app_settings_dir={LAB_APP_SETTINGS_DIR}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         argv.append("--allow-root")  # containers and CI run as root

@@ -3,8 +3,9 @@
 Open it in JupyterLab, Run > Run All Cells (or, on the nbval run's executed copy, run
 only the cells its widgets need), wait for the kernel to go idle, then look:
 errors, figures drawn, widgets drawn, one slider per dashboard moved (the figure must
-change), animations played to their last frame. Every wait is bounded, and every
-problem is collected as a sentence that says where (notebook, cell, first line).
+change), animations played to their last frame, no JupyterLab notification shown. Every
+wait is bounded, and every problem is collected as a sentence that says where (notebook,
+cell, first line).
 """
 
 from __future__ import annotations
@@ -595,6 +596,7 @@ def check_notebook(
         except Exception as exc:  # a screenshot is evidence, not a check
             result.notes.append(f"no screenshot: {exc}")
         clock.lap("screenshots")
+        check_notifications(nb, result)
         for line in nb.console:
             if not any(b in line for b in BENIGN_CONSOLE):
                 serious = line.startswith("page error") or any(w in line for w in SERIOUS_CONSOLE)
@@ -605,6 +607,18 @@ def check_notebook(
         server.shutdown_kernels(wait=False)
         clock.lap("close")
     return result
+
+
+def check_notifications(nb: NotebookSession, result: NotebookResult) -> None:
+    """Fail for every JupyterLab notification (toast) the page showed while it was open:
+    `make lab` must show none (a toast covers the right edge of the dashboards)."""
+    for toast in nb.probe("notifications") or []:
+        still = "still on screen" if toast["visible_now"] else "closed since"
+        result.failures.append(
+            f"{nb.notebook.name}: JupyterLab showed a notification {toast['first_seen_s']:.0f} s "
+            f"after the page opened ({still}): {toast['text']!r}; `python -m dpsim lab` must "
+            "open JupyterLab without pop-ups (see LAB_APP_SETTINGS_DIR in dpsim/course/lab.py)"
+        )
 
 
 def _run(nb: NotebookSession, result: NotebookResult, replay: Replay | None,

@@ -22,6 +22,42 @@
     return d ? head(d.textContent, 300) : null;
   }
 
+  // JupyterLab's notifications (its news question, "a newer version is available", ...)
+  // show as react-toastify toasts (.Toastify__toast, JupyterLab 4.6: class
+  // jp-Notification-Toast-<type> on the toast's body). Every toast the page ever showed is
+  // kept, so one that closed itself before the test looked still counts.
+  const TOAST = '.Toastify__toast, [class*="jp-Notification-Toast-"]:not([class*="jp-Notification-Toast-Close"])';
+  const toastsSeen = new Map(); // text -> {text, first_seen_s}
+  const t0 = performance.now();
+
+  function visible(el) {
+    const r = el.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && getComputedStyle(el).visibility !== "hidden";
+  }
+
+  function toastNodes() {
+    const found = Array.from(document.querySelectorAll(TOAST)).filter(visible);
+    return found.filter((el) => !found.some((other) => other !== el && other.contains(el)));
+  }
+
+  function toastText(el) {
+    return head((el.textContent || "").replace(/\s+/g, " "), 200) || "(a toast with no text)";
+  }
+
+  function recordToasts() {
+    for (const el of toastNodes()) {
+      const text = toastText(el);
+      if (!toastsSeen.has(text)) toastsSeen.set(text, { text, first_seen_s: (performance.now() - t0) / 1000 });
+    }
+  }
+  setInterval(recordToasts, 250);
+
+  function notifications() {
+    recordToasts();
+    const now = new Set(toastNodes().map(toastText));
+    return Array.from(toastsSeen.values()).map((t) => ({ ...t, visible_now: now.has(t.text) }));
+  }
+
   function cellNodes() {
     const nb = document.querySelector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook");
     return nb ? Array.from(nb.querySelectorAll(".jp-Cell")).filter((c) => c.closest(".jp-Notebook") === nb) : [];
@@ -274,5 +310,5 @@
     });
   }
 
-  window.dpsimProbe = { kernelStatus, dialogText, cells, figureFingerprint, sliderState, plotlyAnimation, figureSpecs };
+  window.dpsimProbe = { kernelStatus, dialogText, notifications, cells, figureFingerprint, sliderState, plotlyAnimation, figureSpecs };
 })();

@@ -2,7 +2,8 @@
 
 Run > Run All Cells; then: no cell shows an error, every plotly figure is drawn, the
 ipywidgets render, one slider per dashboard changes its figure, animations play to
-their last frame. Screenshots go to artifacts/screenshots/ (the summary says where).
+their last frame, JupyterLab shows no notification (its news question covered the
+dashboards' right edge). Screenshots go to artifacts/screenshots/ (the summary says where).
 
 A notebook that nbval runs in the same pytest session is not run a second time: the page
 shows the executed copy the nbval run wrote (tests/support/executed_notebooks.py) and runs

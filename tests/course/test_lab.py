@@ -1,4 +1,5 @@
-"""`python -m dpsim lab` for real: loopback, a token no other user sees, nothing left behind."""
+"""`python -m dpsim lab`: its own JupyterLab settings, and for real: loopback, a token no other
+user sees, nothing left behind."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.course.lab import STOP_GRACE_S
+from dpsim.course.lab import LAB_APP_SETTINGS_DIR, STOP_GRACE_S, lab_command
 
 psutil = pytest.importorskip("psutil", reason="psutil comes with ipykernel, which the lab needs")
 
@@ -25,8 +26,44 @@ ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"running at (http://127\.0\.0\.1:(\d+)/\S*\?token=([\w-]+))")
 START_WAIT_S = 120.0  # JupyterLab's start-up on a loaded machine, seconds
 GONE_WAIT_S = STOP_GRACE_S + 5.0  # stop signal -> every process gone, seconds
+NOTIFICATION_PLUGIN = "@jupyterlab/apputils-extension:notification"
+NEWS_OFF = {"fetchNews": "false", "checkForUpdates": False}  # "none" asks the learner
 SPAWN_CHILD = ("import pathlib, subprocess\n"
                "pathlib.Path({pid_file!r}).write_text(str(subprocess.Popen(['sleep', '600']).pid))")
+
+
+def test_lab_command_turns_news_and_update_checks_off_in_the_lab_settings(
+        tmp_path: Path) -> None:
+    """The lab's own settings folder, not the learner's: no news question, no update check."""
+    argv, _env = lab_command(root=tmp_path)
+    assert f"--LabApp.app_settings_dir={LAB_APP_SETTINGS_DIR}" in argv
+    overrides = json.loads((LAB_APP_SETTINGS_DIR / "overrides.json").read_text())
+    assert overrides[NOTIFICATION_PLUGIN] == NEWS_OFF
+
+
+def test_installed_jupyterlab_has_the_news_settings_the_lab_overrides(tmp_path: Path) -> None:
+    """The installed JupyterLab still has the trait and the settings the lab relies on, and
+    its server folds overrides.json into the defaults the page reads."""
+    import jsonschema
+
+    # JupyterLab is on every machine that runs the lab, not on the GPU check's machine
+    # (scripts/gpu_bundle.txt), which collects this file; jupyterlab.labapp runs yarn on import.
+    why = "JupyterLab is not installed (the GPU check's machine has none)"
+    commands = pytest.importorskip("jupyterlab.commands", reason=why)
+    server = pytest.importorskip("jupyterlab_server", reason=why)
+    settings_utils = pytest.importorskip("jupyterlab_server.settings_utils", reason=why)
+
+    assert "app_settings_dir" in server.LabServerApp.class_trait_names(config=True)  # LabApp's base
+    schemas_dir = Path(commands.get_app_dir()) / "schemas"
+    schema_file = schemas_dir / "@jupyterlab" / "apputils-extension" / "notification.json"
+    schema = json.loads(schema_file.read_text())
+    assert set(NEWS_OFF) <= set(schema["properties"]), sorted(schema["properties"])
+    jsonschema.validate(NEWS_OFF, schema)  # its values are allowed ("additionalProperties": false)
+
+    served, _warnings = settings_utils.get_settings(
+        str(LAB_APP_SETTINGS_DIR), str(schemas_dir), str(tmp_path), schema_name=NOTIFICATION_PLUGIN)
+    defaults = {key: served["schema"]["properties"][key]["default"] for key in NEWS_OFF}
+    assert defaults == NEWS_OFF
 
 
 class Lab:
