@@ -60,9 +60,13 @@ def still_html(controls: Mapping[str, Any], shown: Sequence[Any]) -> str:
 
 
 def _label(control: Any) -> str:
-    """A control's value as its user reads it (a selection's label, not its value)."""
-    label = getattr(control, "label", None)
-    return str(label if label is not None else control.value)
+    """A control's value as its user reads it: a selection's label, not its value (read
+    from `options` and `index`: ipywidgets leaves `label` empty when the value is 0)."""
+    index, options = getattr(control, "index", None), getattr(control, "options", None)
+    if isinstance(index, int) and options is not None:
+        option = list(options)[index]
+        return str(option[0] if isinstance(option, tuple) else option)
+    return str(control.value)
 
 
 def dashboard(controls: Mapping[str, widgets.Widget], render: Callable[..., Any],

@@ -75,6 +75,15 @@ def test_a_dashboard_shows_its_still_picture_never_a_widget() -> None:
     assert pages.STILL_KEY not in page.cells[2].metadata
 
 
+def test_the_still_picture_names_each_selection_by_its_label() -> None:
+    box = dashboard({"k": widgets.SelectionSlider(options=[("model's", 0), ("1,000", 1000)],
+                                                  value=0, description="outputs"),
+                     "m": widgets.Dropdown(options=["a", "b"], value="b", description="m")},
+                    lambda k, m: f"{k}{m}")
+    still = box._repr_mimebundle_()["text/html"]
+    assert "outputs = model&#x27;s, m = b" in still
+
+
 def test_a_moved_control_changes_the_still_picture() -> None:
     slider = widgets.IntSlider(value=3, description="N")
     box = dashboard({"n": slider}, lambda n: f"n is {n}")
@@ -149,3 +158,31 @@ def test_the_source_folder_holds_every_page_and_no_answer(tmp_path: Path) -> Non
     assert not any("solutions" in p.parts for p in src.rglob("*"))
     chapter = nbformat.read(src / "chapters" / "05_ddp.ipynb", as_version=4)
     assert "Where the numbers on this page come from" in chapter.cells[0].source
+
+
+def test_the_sites_own_code_does_not_rerun_the_notebooks(tmp_path: Path) -> None:
+    notebook = tmp_path / "a.ipynb"
+    nbformat.write(_notebook(), notebook)
+    library = tmp_path / "dpsim"
+    (library / "course" / "website").mkdir(parents=True)
+    (library / "a.py").write_text("x = 1\n")
+    (library / "course" / "website" / "pages.py").write_text("y = 1\n")
+    before = execute.run_key(notebook, library)
+    (library / "course" / "website" / "pages.py").write_text("y = 2\n")
+    assert execute.run_key(notebook, library) == before
+    (library / "a.py").write_text("x = 2\n")
+    assert execute.run_key(notebook, library) != before
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_stops_the_build_with_its_traceback(tmp_path: Path) -> None:
+    """Run in a process and a kernel of its own, a notebook whose cell raises stops the
+    build with the notebook's name and the cell's error, and leaves no copy behind."""
+    path = tmp_path / "bad.ipynb"
+    nbformat.write(_notebook(nbformat.v4.new_code_cell("raise ValueError('cell says no')")),
+                   path)
+    library = tmp_path / "lib"
+    library.mkdir()
+    with pytest.raises(RuntimeError, match=r"(?s)bad\.ipynb failed to run.*cell says no"):
+        execute.run_all([path], tmp_path / "cache", library, say=False)
+    assert not (tmp_path / "cache" / "bad.ipynb").exists()
