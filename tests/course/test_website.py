@@ -64,11 +64,13 @@ def test_a_dashboard_shows_its_still_picture_never_a_widget() -> None:
     for part in (STILL_CLASS, STILL_NOTE, "N ranks = 3", "n is 3", "Plotly.newPlot"):
         assert part in still
     live = nbformat.v4.new_output("display_data", data=dict(bundle))
+    stray = nbformat.v4.new_output("stream", name="stdout", text="n is 3\n")  # no front end
     kept = nbformat.v4.new_code_cell("board()")
-    kept.metadata[pages.STILL_KEY] = [{**live, "data": {"text/html": still}}]
+    kept.metadata[pages.STILL_KEY] = [stray, {**live, "data": {"text/html": still}}]
     bare = nbformat.v4.new_code_cell("board()", outputs=[nbformat.v4.new_output(
         "display_data", data={pages.WIDGET_MIME: {"model_id": "x"}, "text/plain": "VBox()"})])
-    page = pages.chapter_page(_notebook(nbformat.v4.new_code_cell("board()", outputs=[live]),
+    page = pages.chapter_page(_notebook(nbformat.v4.new_code_cell("board()",
+                                                                  outputs=[stray, live]),
                                         kept, bare), "x", "")
     shown = [o.data for c in page.cells[1:] for o in c.outputs]
     assert shown == [{"text/html": still}, {"text/html": still}, {"text/html": pages.NO_STILL}]

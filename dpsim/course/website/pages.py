@@ -17,6 +17,8 @@ from typing import Any
 import nbformat
 import plotly.io as pio
 
+from dpsim.widgets.dashboard import STILL_CLASS
+
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 # In an executed copy (tests/support/executed_notebooks.py): a widget cell's outputs without
@@ -56,6 +58,12 @@ def chapter_page(nb: nbformat.NotebookNode, stem: str, banner: str) -> nbformat.
         still = cell.get("metadata", {}).pop(STILL_KEY, None)
         if still is not None and not cell.get("outputs"):
             cell.outputs = [nbformat.from_dict(o) for o in still]
+        if any(WIDGET_MIME in (o.get("data") or {}) or STILL_CLASS in _html(o)
+               for o in cell.get("outputs", [])):
+            # a dashboard's cell: what its controls rendered reached the kernel's output as
+            # well (no front end put it inside the dashboard); the still picture holds it
+            cell.outputs = [o for o in cell.outputs
+                            if WIDGET_MIME in (o.get("data") or {}) or STILL_CLASS in _html(o)]
         outputs = []
         for output in cell.get("outputs", []):
             data = output.get("data")
@@ -85,6 +93,12 @@ def exercise_page(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode
             cell.execution_count = None
     _insert_after_title(page, RUN_EXERCISES.replace("{name}", name))
     return page
+
+
+def _html(output: Mapping[str, Any]) -> str:
+    """An output's text/html ("" when it has none)."""
+    html = (output.get("data") or {}).get("text/html", "")
+    return "".join(html) if isinstance(html, list) else str(html)
 
 
 def _without_test_markers(source: str) -> str:
