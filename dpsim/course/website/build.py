@@ -106,6 +106,8 @@ def sphinx(src: Path, out: Path, say: bool = True) -> None:
         print(done.stdout, file=sys.stderr)
     if done.returncode != 0:
         raise RuntimeError(f"sphinx-build failed (exit {done.returncode}):\n{done.stderr}")
+    for source_map in (out / "_static").rglob("*.map"):  # the theme's, for its own debugging
+        source_map.unlink()
 
 
 def report(out: Path, seconds: float, run_seconds: float) -> SiteReport:
