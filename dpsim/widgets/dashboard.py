@@ -1,10 +1,11 @@
 """Wire ipywidgets controls to a function that returns figures (or text).
 
 A dashboard shown where no kernel runs (the course's static site, an exported page) cannot
-move its controls. So that it is never an empty box there, a `Dashboard` also offers a still
-picture of what it shows (`text/html`, beside the widget's own view): the controls' current
-values, what they rendered, and a line saying to run the notebook in JupyterLab. JupyterLab
-prefers the widget view, so the still picture is only seen where widgets cannot run.
+move its controls. So that it is never an empty box there, the box `dashboard` returns also
+offers a still picture of what it shows (`text/html`, beside the widget's own view): the
+controls' current values, what they rendered, and a line saying to run the notebook in
+JupyterLab. JupyterLab prefers the widget view, so the still picture is only seen where
+widgets cannot run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ STILL_NOTE = ("A dashboard, shown here in one state. Run this notebook in Jupyte
 STILL_CLASS = "dpsim-dashboard-still"  # the still picture's outer <div>
 
 
-class Dashboard(widgets.VBox):
+class _Dashboard(widgets.VBox):
     """A VBox of controls and their output that also carries a still picture of its last
     rendering, as `text/html`, for pages without a kernel."""
 
@@ -36,11 +37,11 @@ class Dashboard(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = dict(super()._repr_mimebundle_(**kwargs) or {})
-        bundle["text/html"] = still_html(self._controls, self._shown)
+        bundle["text/html"] = _still_html(self._controls, self._shown)
         return bundle
 
 
-def still_html(controls: Mapping[str, Any], shown: Sequence[Any]) -> str:
+def _still_html(controls: Mapping[str, Any], shown: Sequence[Any]) -> str:
     """The still picture: the note, each control's description and value, then what was
     shown (text as <pre>, figures drawn by plotly.js, which the page loads itself)."""
     settings = ", ".join(
@@ -70,7 +71,7 @@ def _label(control: Any) -> str:
 
 
 def dashboard(controls: Mapping[str, widgets.Widget], render: Callable[..., Any],
-              columns: int = 3, header: Sequence[widgets.Widget] = ()) -> Dashboard:
+              columns: int = 3, header: Sequence[widgets.Widget] = ()) -> widgets.VBox:
     """Controls on top, `render(**values)` output below, redrawn on every change.
 
     `render` may return a plotly Figure, a string, or a list of them; `columns` controls a
@@ -104,6 +105,6 @@ def dashboard(controls: Mapping[str, widgets.Widget], render: Callable[..., Any]
     wrap = widgets.Layout(flex_flow="row wrap")  # a narrow window wraps, never scrolls
     rows = [widgets.HBox(list(controls.values())[i:i + columns], layout=wrap)
             for i in range(0, len(controls), columns)]
-    box = Dashboard([*header, *rows, out, linked], controls, shown)
+    box = _Dashboard([*header, *rows, out, linked], controls, shown)
     box.add_class("dpsim-dashboard")
     return box

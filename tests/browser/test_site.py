@@ -129,8 +129,7 @@ def test_page_loads_draws_and_fits(page: str, site_url: str, browser_context: An
     tab.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}")
            if r.status >= 400 else None)
     try:
-        tab.goto(site_url + page, wait_until="load")
-        tab.wait_for_timeout(300)  # responsive figures settle
+        tab.goto(site_url + page, wait_until="load")  # figures are drawn as their <div> loads
         figures = tab.evaluate(FIGURES_JS)
         width = tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         text = tab.inner_text("main")

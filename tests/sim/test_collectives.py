@@ -350,7 +350,7 @@ def test_explorer_numbers_match_the_closed_form() -> None:
     box = collectives_explorer("PCIe box")
     chooser = box.children[0]
     chooser.value = "InfiniBand cluster"  # a preset moves the sliders
-    sliders = box.children[1].children[0].children + box.children[1].children[1].children
+    sliders = box.children[1].children + box.children[2].children  # the chooser, then rows
     values = {w.description: w.value for w in sliders}
     assert values["N ranks"] == 128
     # the presets start at what NCCL achieves on the link, not its spec, and say so
