@@ -134,6 +134,7 @@ def test_page_loads_draws_and_fits(page: str, site_url: str, browser_context: An
         width = tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         text = tab.inner_text("main")
         stills = tab.locator(".dpsim-dashboard-still").count()
+        loads_plotly = tab.locator("head script[src*='plotly.min.js']").count()
         if page in SHOTS:
             _screenshot(tab, SHOTS[page])
     finally:
@@ -146,6 +147,7 @@ def test_page_loads_draws_and_fits(page: str, site_url: str, browser_context: An
     for raw in ("VBox(", "HBox(", "application/vnd.jupyter.widget-view+json",
                 "Figure({", "NotebookNode"):
         assert raw not in text, f"{page} shows a raw {raw!r}"
+    assert (loads_plotly > 0) == bool(figures), "plotly.js is loaded where figures are, only"
     if page.startswith("chapters/"):
         notebook = REPO_ROOT / "notebooks" / f"{Path(page).stem}.ipynb"
         assert "Where the numbers on this page come from" in text
