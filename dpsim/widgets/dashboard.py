@@ -55,7 +55,8 @@ def _still_html(controls: Mapping[str, Any], shown: Sequence[Any]) -> str:
             parts.append(f"<pre>{html.escape(item)}</pre>")
         else:
             parts.append(pio.to_html(item, include_plotlyjs=False, full_html=False,
-                                     default_width="100%", config={"responsive": True}))
+                                     default_width="100%", auto_play=False,
+                                     config={"responsive": True}))
     parts.append("</div>")
     return "\n".join(parts)
 

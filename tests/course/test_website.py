@@ -44,6 +44,15 @@ def test_a_figure_becomes_a_div_drawn_by_the_pages_plotly() -> None:
     assert len(html[0]) < 20_000  # no plotly.js inside (it is 4.8 MB)
 
 
+def test_an_animation_waits_at_its_first_frame() -> None:
+    """As in JupyterLab: plotly's to_html would play it on load, and a page screenshot or a
+    reader would meet it mid-way (chapter 2's ring, with an empty heatmap)."""
+    fig = go.Figure(go.Scatter(x=[0], y=[0]), frames=[go.Frame(data=[go.Scatter(x=[1], y=[1])])])
+    html = pages.figure_html(json.loads(fig.to_json()), "ring")
+    assert "addFrames" in html
+    assert "Plotly.animate" not in html
+
+
 def test_the_banner_goes_under_the_title_and_test_markers_go() -> None:
     code = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint(1)\n  # NBVAL_IGNORE_OUTPUT")
     page = pages.chapter_page(_notebook(code), "x", "BANNER LINE")

@@ -38,11 +38,13 @@ RUN_EXERCISES = (
 
 def figure_html(figure: Mapping[str, Any], div_id: str) -> str:
     """A plotly figure (its JSON: data, layout, frames) as a <div> and the script that draws
-    it with the page's plotly.js; as wide as the page (a fixed width is dropped)."""
+    it with the page's plotly.js; as wide as the page (a fixed width is dropped); an
+    animation starts at its first frame."""
     layout = {k: v for k, v in (figure.get("layout") or {}).items() if k != "width"}
     fig = {**figure, "layout": {**layout, "autosize": True}}
+    # auto_play off: an animation waits at its first frame for Play, as in JupyterLab
     return pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div_id,
-                       default_width="100%", validate=False,
+                       default_width="100%", validate=False, auto_play=False,
                        config={"responsive": True, "displaylogo": False})
 
 
