@@ -52,7 +52,9 @@ FIGURES_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].map(d 
   traces: (d._fullData || []).length,
   points: (d._fullData || []).reduce((n, t) => n + ((t.x || t.values || t.cells?.values
            || t.z || t.y || []).length || 0), 0),
-  width: d.getBoundingClientRect().width, height: d.getBoundingClientRect().height }))"""
+  width: d.getBoundingClientRect().width, height: d.getBoundingClientRect().height,
+  frames: ((d._transitionData || {})._frames || []).length,
+  step: ((d.layout || {}).sliders || [{}])[0].active ?? null }))"""
 
 
 @dataclass
@@ -131,6 +133,9 @@ def test_page_loads_draws_and_fits(page: str, site_url: str, browser_context: An
     try:
         tab.goto(site_url + page, wait_until="load")  # figures are drawn as their <div> loads
         figures = tab.evaluate(FIGURES_JS)
+        if any(f["frames"] for f in figures):  # an animation left to play would move on now
+            tab.wait_for_timeout(1500)
+            figures = tab.evaluate(FIGURES_JS)
         width = tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
         text = tab.inner_text("main")
         stills = tab.locator(".dpsim-dashboard-still").count()
@@ -143,6 +148,8 @@ def test_page_loads_draws_and_fits(page: str, site_url: str, browser_context: An
     empty = [f for f in figures if not (f["drawn"] and f["traces"] and f["points"]
                                          and f["width"] > 100 and f["height"] > 100)]
     assert not empty, f"figures not drawn, or drawn without data: {empty}"
+    playing = [f["id"] for f in figures if f["frames"] and f["step"] not in (0, None)]
+    assert not playing, f"animations not at their first frame: {playing}"
     assert width[0] <= width[1], f"the page is {width[0]} px wide in a {width[1]} px window"
     for raw in ("VBox(", "HBox(", "application/vnd.jupyter.widget-view+json",
                 "Figure({", "NotebookNode"):
