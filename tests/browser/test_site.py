@@ -10,6 +10,7 @@ link resolves, and search finds "bucket_cap_mb".
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import threading
@@ -268,11 +269,9 @@ class _Links(HTMLParser):
                 self.ids.add(value)
 
 
-def _plain(html: str) -> str:
+def _plain(page: str) -> str:
     """The page's text, tags removed and entities decoded (for finding code lines)."""
-    import html as html_module
-
-    return html_module.unescape(re.sub(r"<[^>]+>", "", html))
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
 
 
 def _dashboards(notebook: Path) -> int:

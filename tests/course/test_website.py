@@ -75,7 +75,7 @@ def test_a_dashboard_shows_its_still_picture_never_a_widget() -> None:
     live = nbformat.v4.new_output("display_data", data=dict(bundle))
     stray = nbformat.v4.new_output("stream", name="stdout", text="n is 3\n")  # no front end
     kept = nbformat.v4.new_code_cell("board()")
-    kept.metadata[pages.STILL_KEY] = [stray, {**live, "data": {"text/html": still}}]
+    kept.metadata[pages.STILL_KEY] = [stray, live]  # as the kernel sent them
     bare = nbformat.v4.new_code_cell("board()", outputs=[nbformat.v4.new_output(
         "display_data", data={pages.WIDGET_MIME: {"model_id": "x"}, "text/plain": "VBox()"})])
     page = pages.chapter_page(_notebook(nbformat.v4.new_code_cell("board()",

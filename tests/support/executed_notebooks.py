@@ -8,10 +8,10 @@ in JupyterLab instead of running the real runs a second time, and checks what it
 
 A widget needs the kernel that made it: the copy keeps no output of a cell that showed an
 ipywidget, and lists those cells in its metadata (`widget_cells`). The browser test runs
-them live, with the cells they need (tests/support/cell_dependencies.py). The still
-picture a dashboard carries (its `text/html`, dpsim.widgets.dashboard) is kept in that
-cell's metadata instead (`STILL_KEY`), for the site built from these copies
-(dpsim.course.website).
+them live, with the cells they need (tests/support/cell_dependencies.py). Those cells'
+outputs, with the still picture a dashboard carries (its `text/html`,
+dpsim.widgets.dashboard), are kept in the cell's metadata instead (`STILL_KEY`), for the
+site built from these copies (dpsim.course.website).
 
 The run id is pytest-xdist's id of the test run (the same in every worker) or, without
 xdist, one made for this pytest process; a copy from an earlier run is never read.
@@ -72,7 +72,7 @@ def write_executed(notebook: Path, outputs: dict[int, list[Any]]) -> Path:
             cell.execution_count = None
             cell.outputs = []
             if k in widgets:
-                cell.metadata[STILL_KEY] = [_without_widget(o) for o in outputs[k]]
+                cell.metadata[STILL_KEY] = list(outputs[k])
     target = executed_path(notebook)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
@@ -87,12 +87,6 @@ def _with_count(output: Any, count: int) -> Any:
         output = nbformat.from_dict({**output, "execution_count": count})
         output.setdefault("metadata", {})
     return output
-
-
-def _without_widget(output: Any) -> Any:
-    """An output without its widget view (what a page with no kernel can show)."""
-    data = {k: v for k, v in (output.get("data") or {}).items() if k != WIDGET_MIME}
-    return {**output, "data": data} if "data" in output else dict(output)
 
 
 def widget_cells(executed: Path) -> list[int]:

@@ -17,12 +17,10 @@ from typing import Any
 import nbformat
 import plotly.io as pio
 
-from dpsim.widgets.dashboard import STILL_CLASS
-
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-# In an executed copy (tests/support/executed_notebooks.py): a widget cell's outputs without
-# the widget view, i.e. its still picture, kept in the cell's metadata under this key.
+# In an executed copy (tests/support/executed_notebooks.py): a widget cell's outputs as the
+# kernel sent them (the widget view with its still picture), kept in the cell's metadata.
 STILL_KEY = "dpsim_still_outputs"
 NO_STILL = ('<p class="dpsim-dashboard-note">A dashboard: run this notebook in JupyterLab '
             "(<code>make lab</code>) to see it and move its controls.</p>")
@@ -60,23 +58,22 @@ def chapter_page(nb: nbformat.NotebookNode, stem: str, banner: str) -> nbformat.
         still = cell.get("metadata", {}).pop(STILL_KEY, None)
         if still is not None and not cell.get("outputs"):
             cell.outputs = [nbformat.from_dict(o) for o in still]
-        if any(WIDGET_MIME in (o.get("data") or {}) or STILL_CLASS in _html(o)
-               for o in cell.get("outputs", [])):
+        if any(_is_widget(o) for o in cell.get("outputs", [])):
             # a dashboard's cell: what its controls rendered reached the kernel's output as
             # well (no front end put it inside the dashboard); the still picture holds it
-            cell.outputs = [o for o in cell.outputs
-                            if WIDGET_MIME in (o.get("data") or {}) or STILL_CLASS in _html(o)]
+            cell.outputs = [o for o in cell.outputs if _is_widget(o)]
         outputs = []
-        for output in cell.get("outputs", []):
-            data = output.get("data")
-            if data and PLOTLY_MIME in data:
+        for output in cell.get("outputs", []):  # new outputs: one may stand in two places
+            data = output.get("data") or {}
+            if PLOTLY_MIME in data:
                 figures += 1
-                output.data = {"text/html": figure_html(data[PLOTLY_MIME],
-                                                        f"{stem}-figure-{figures}")}
-                output.metadata = {}
-            elif data and WIDGET_MIME in data:
-                output.data = {"text/html": data.get("text/html", NO_STILL)}
-                output.metadata = {}
+                html = figure_html(data[PLOTLY_MIME], f"{stem}-figure-{figures}")
+                output = nbformat.from_dict({**output, "data": {"text/html": html},
+                                             "metadata": {}})
+            elif _is_widget(output):
+                output = nbformat.from_dict({**output, "metadata": {},
+                                             "data": {"text/html": data.get("text/html",
+                                                                            NO_STILL)}})
             outputs.append(output)
         cell.outputs = outputs
     _insert_after_title(page, banner)
@@ -97,10 +94,9 @@ def exercise_page(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode
     return page
 
 
-def _html(output: Mapping[str, Any]) -> str:
-    """An output's text/html ("" when it has none)."""
-    html = (output.get("data") or {}).get("text/html", "")
-    return "".join(html) if isinstance(html, list) else str(html)
+def _is_widget(output: Mapping[str, Any]) -> bool:
+    """Whether an output shows an ipywidget (a dashboard: its still picture beside it)."""
+    return WIDGET_MIME in (output.get("data") or {})
 
 
 def _without_test_markers(source: str) -> str:
