@@ -312,7 +312,7 @@ GATHER: dict[int, Callable[[Lab], dict[str, Any]]] = {
 
 def gather(number: int, lab: Lab) -> dict[str, Any]:
     """The evidence dict for claim `number` (1..18)."""
-    from dpsim.sim.validation import require_choice
+    from dpsim.sim.checks import require_choice
 
     require_choice("number", number, GATHER)
     return GATHER[number](lab)

@@ -22,7 +22,7 @@ from typing import Any
 from dpsim.myths.checks import Check
 from dpsim.myths.claims import CLAIMS, Claim
 from dpsim.myths.evidence import Lab, gather
-from dpsim.sim.validation import require_choice
+from dpsim.sim.checks import require_choice
 
 PARTLY_UNTESTED = "right, partly untested"
 VERDICTS = ("right", PARTLY_UNTESTED, "wrong", "half right", "inconclusive here",

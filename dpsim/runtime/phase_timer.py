@@ -16,7 +16,7 @@ import torch
 
 from dpsim.runtime.device import synchronize
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_int, require_type
+from dpsim.sim.checks import require_int, require_type
 
 
 class PhaseTimer:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.planner import MAX_DEVICES, plan
 from dpsim.sim.strategies.inputs import MAX_BATCH, require_cluster, require_workload
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Workload
 
 GIB = 1024**3

@@ -38,7 +38,7 @@ from dpsim.sim.strategies.knobs import (
     resolve_precision,
 )
 from dpsim.sim.strategies.registry import get_strategy, names
-from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 # the precisions every strategy's planner config takes: fp32 everywhere, or bf16 compute

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.validation import (
+from dpsim.sim.checks import (
     MAX_SECONDS,
     MAX_TOTAL_BYTES,
     require_choice,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.sim.validation import (
+from dpsim.sim.checks import (
     MAX_COUNT,
     require_bool,
     require_choice,

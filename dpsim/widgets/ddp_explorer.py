@@ -26,7 +26,7 @@ from dpsim.sim.strategies.ddp import (
     simulate,
     step_result,
 )
-from dpsim.sim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.workload import PRESETS, get_workload
 from dpsim.viz.ddp_timeline import scaling_figure
 from dpsim.viz.timeline import timeline

@@ -26,7 +26,7 @@ from dpsim.sim.hardware import (
     get_cluster,
     get_device,
 )
-from dpsim.sim.validation import MAX_COUNT
+from dpsim.sim.checks import MAX_COUNT
 from dpsim.sim.workload import MAX_FLOPS, Layer
 from tests.support.bad_input import raises_naming
 from tests.support.links import ring_link_of

@@ -30,7 +30,7 @@ from dpsim.sim.cost.memory import (
     zero_sharded_fraction,
 )
 from dpsim.sim.hardware import H100_80GB, MAX_WORLD_SIZE
-from dpsim.sim.validation import MAX_COUNT
+from dpsim.sim.checks import MAX_COUNT
 from dpsim.sim.workload import Layer, Workload, get_workload
 from tests.support.bad_input import raises_naming
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from dpsim.sim.trace import MAX_DEVICE, Event, MemorySample, Trace
-from dpsim.sim.validation import MAX_SECONDS, MAX_TOTAL_BYTES
+from dpsim.sim.checks import MAX_SECONDS, MAX_TOTAL_BYTES
 from tests.support.bad_input import raises_naming
 
 

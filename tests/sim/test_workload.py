@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from dpsim.runtime.capture import workload_from_module
-from dpsim.sim.validation import MAX_COUNT
+from dpsim.sim.checks import MAX_COUNT
 from dpsim.sim.workload import (
     MAX_DIM,
     MAX_LAYERS,

@@ -17,7 +17,7 @@ from dpsim.runtime.measure import StepMemory, measure_step_memory
 from dpsim.runtime.optimizers import build_optimizer
 from dpsim.sim.cost.memory import MemoryBreakdown
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 
 @dataclass

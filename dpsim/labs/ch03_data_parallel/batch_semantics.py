@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 
 from dpsim.labs.ch03_data_parallel.dp_reenact import reenact_step
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 
 def ddp_batch_worker(rank: int, world_size: int, batch_size: int, n_samples: int,

@@ -22,7 +22,7 @@ from dpsim.labs.ch03_data_parallel.dp_step import (
 )
 from dpsim.runtime.measure import tensor_bytes
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 
 def cuda_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor,

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from dpsim.sim.trace import Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_choice, require_int, require_range
+from dpsim.sim.checks import require_choice, require_int, require_range
 
 WORKLOADS = ("python", "matmul", "rnn", "mixed")
 KINDS = ("threads", "processes")

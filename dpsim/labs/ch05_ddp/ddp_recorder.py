@@ -48,7 +48,7 @@ from dpsim.sim.strategies.ddp import (
     step_result,
 )
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Workload
 
 

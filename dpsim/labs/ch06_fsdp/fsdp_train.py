@@ -23,7 +23,7 @@ from dpsim.runtime.models import build_model
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 from dpsim.sim.cost.memory import MemoryBreakdown
 from dpsim.sim.trace import Trace
-from dpsim.sim.validation import require_choice, require_int, require_range
+from dpsim.sim.checks import require_choice, require_int, require_range
 
 MODELS = ("mlp", "residual")
 TOLERANCE = 1e-5  # max |FSDP - one process| per parameter element after a few Adam steps

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from dpsim.sim.validation import require_choice
+from dpsim.sim.checks import require_choice
 
 T = TypeVar("T")
 PATHS = ("meta", "full")

@@ -25,7 +25,7 @@ from dpsim.runtime.models import BlockStack
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s
 from dpsim.sim.cost.memory import checkpointed_activation_bytes
 from dpsim.sim.hardware import cpu_device
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Layer, Workload
 
 

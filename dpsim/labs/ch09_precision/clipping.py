@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from dpsim.runtime.models import layer_stack
-from dpsim.sim.validation import require_int, require_range
+from dpsim.sim.checks import require_int, require_range
 
 IN, HIDDEN, OUT = 13, 37, 5
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 META_MODEL = {"width": 256, "hidden": 1024, "depth": 4}  # BlockStack sizes, ~8.4 MB fp32
 

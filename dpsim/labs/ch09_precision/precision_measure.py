@@ -26,7 +26,7 @@ from dpsim.sim.cost.precision import (
     precision_policy,
     zero_stage_bytes,
 )
-from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.checks import require_choice, require_int
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEVICES = ("cpu", "cuda")

@@ -30,7 +30,7 @@ from dpsim.labs.ch06_fsdp.fsdp_train import (
     training_batches,
 )
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
-from dpsim.sim.validation import require_int, require_range
+from dpsim.sim.checks import require_int, require_range
 
 MODEL = "residual"
 # max |resumed FSDP - one process| per parameter element. Ranks sum gradients in a different

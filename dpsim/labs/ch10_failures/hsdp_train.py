@@ -27,7 +27,7 @@ from dpsim.labs.ch06_fsdp.fsdp_train import (
     training_batches,
 )
 from dpsim.sim.cost.fsdp_shards import fsdp_padded_shard_numel, fsdp_rank_bytes
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 MODEL = "residual"
 TOLERANCE = 1e-5  # max |HSDP - one process| per element; see dcp_reshard.TOLERANCE

@@ -46,7 +46,7 @@ from dpsim.sim.collectives.limits import (
 from dpsim.sim.collectives.ring import RingStep, chunk_bounds, ring_all_reduce_steps
 from dpsim.sim.collectives.traffic import bytes_per_rank
 from dpsim.sim.hardware import Link
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.checks import require_choice, require_finite, require_int
 
 __all__ = [
     "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bandwidths_GBps",

@@ -22,7 +22,7 @@ import numpy as np
 
 from dpsim.sim.collectives.limits import MAX_NBYTES, MAX_WORLD_SIZE
 from dpsim.sim.hardware import Link
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.checks import require_choice, require_finite, require_int
 
 WEIGHTINGS = ("relative", "absolute")
 MIN_TIME_S, MAX_TIME_S = 1e-12, 1e6  # a timing: from a picosecond to 11.6 days

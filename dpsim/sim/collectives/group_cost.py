@@ -51,7 +51,7 @@ from dpsim.sim.collectives.nccl import (
 )
 from dpsim.sim.collectives.params import DEFAULT_PARAMS
 from dpsim.sim.hardware import Cluster, Link
-from dpsim.sim.validation import require_choice, require_int, require_type
+from dpsim.sim.checks import require_choice, require_int, require_type
 
 GROUP_ALGORITHMS = ("auto", "ring", "tree", "nvls", "naive")
 CLOSED_FORM_KINDS = ("generic", "shared_memory")  # numbers already achieved: no NCCL model

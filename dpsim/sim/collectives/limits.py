@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 
 from dpsim.sim.hardware import Link
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.checks import require_choice, require_finite, require_int
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",
                "gather")

@@ -62,7 +62,7 @@ from dpsim.sim.collectives.protocols import (
     tree_correction,
 )
 from dpsim.sim.hardware import MAX_DEVICES_PER_NODE, MAX_NODES, Cluster, Link
-from dpsim.sim.validation import require_choice, require_int, require_type
+from dpsim.sim.checks import require_choice, require_int, require_type
 
 NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 NCCL_ALGORITHMS = ("ring", "tree", "nvls")

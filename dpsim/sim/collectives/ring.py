@@ -26,7 +26,7 @@ from dpsim.sim.collectives.limits import (
     MAX_RING_RANKS,
     MAX_RING_STORED,
 )
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 PHASES = ("start", "reduce_scatter", "all_gather")
 

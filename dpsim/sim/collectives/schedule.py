@@ -28,7 +28,7 @@ from dpsim.sim.collectives.limits import (
 )
 from dpsim.sim.collectives.ring import chunk_sizes
 from dpsim.sim.hardware import Link
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 

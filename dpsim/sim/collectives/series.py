@@ -27,7 +27,7 @@ from dpsim.sim.collectives.limits import (
     check_names,
 )
 from dpsim.sim.hardware import Link
-from dpsim.sim.validation import require_finite, require_int
+from dpsim.sim.checks import require_finite, require_int
 
 
 @dataclass(frozen=True)

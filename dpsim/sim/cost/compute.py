@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dpsim.sim.cost.memory import OPTIMIZERS
 from dpsim.sim.hardware import Device
-from dpsim.sim.validation import MAX_COUNT, require_choice, require_int, require_type
+from dpsim.sim.checks import MAX_COUNT, require_choice, require_int, require_type
 from dpsim.sim.workload import DTYPE_BYTES, Layer, Workload
 
 OPS_PER_LAYER = 1  # operators a leaf layer dispatches in forward (backward: 2x)

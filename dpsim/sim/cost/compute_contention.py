@@ -15,7 +15,7 @@ The decision is a count of threads against cores, nothing fitted.
 
 from __future__ import annotations
 
-from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.checks import require_choice, require_int
 
 DEVICE_KINDS = ("cpu", "gpu")
 COMM_THREADS_PER_RANK = 1  # the thread that runs a rank's collectives (gloo's worker)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, optimizer_state_bytes
 from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.validation import (
+from dpsim.sim.checks import (
     MAX_COUNT,
     require_bool,
     require_choice,

@@ -41,7 +41,7 @@ from dpsim.sim.cost.gil_limits import Segment as Segment
 from dpsim.sim.cost.gil_limits import check_steps, check_threads
 from dpsim.sim.cost.gil_limits import simulation_steps as simulation_steps
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_finite, require_int, require_range
+from dpsim.sim.checks import require_finite, require_int, require_range
 
 DEFAULT_SWITCH_INTERVAL_S = 0.005  # CPython's default sys.getswitchinterval()
 _EPS = 1e-12

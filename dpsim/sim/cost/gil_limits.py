@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dpsim.sim.validation import require_choice, require_finite
+from dpsim.sim.checks import require_choice, require_finite
 
 Segment = tuple[str, float]  # ("gil" | "free", CPU seconds)
 SEGMENT_KINDS = ("gil", "free")

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.validation import (
+from dpsim.sim.checks import (
     MAX_COUNT,
     MAX_TOTAL_BYTES,
     require_bool,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dpsim.sim.cost.memory import OPTIMIZERS, STEP_BYTES
 from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.validation import MAX_COUNT, require_choice, require_int, require_type
+from dpsim.sim.checks import MAX_COUNT, require_choice, require_int, require_type
 from dpsim.sim.workload import DTYPE_BYTES
 
 MAX_TENSORS = 1 << 20  # parameter tensors one call partitions

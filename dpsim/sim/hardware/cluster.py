@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from dpsim.sim.hardware.device import Device
 from dpsim.sim.hardware.limits import MAX_DEVICES_PER_NODE, MAX_NICS_PER_NODE, MAX_NODES
 from dpsim.sim.hardware.link import INFINIBAND_NDR, Link
-from dpsim.sim.validation import require_bool, require_int, require_type
+from dpsim.sim.checks import require_bool, require_int, require_type
 
 
 @dataclass(frozen=True)

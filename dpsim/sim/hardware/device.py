@@ -21,7 +21,7 @@ from dpsim.sim.hardware.limits import (
     MIN_RATE,
     GiB,
 )
-from dpsim.sim.validation import (
+from dpsim.sim.checks import (
     require_bool,
     require_choice,
     require_finite,

@@ -1,7 +1,7 @@
 """The bounds of a hardware description, shared by `device`, `link` and `cluster`.
 
 Wide enough for any real machine, tight enough that every time the simulator derives from
-them (a count of at most `dpsim.sim.validation.MAX_COUNT` over a rate) stays finite.
+them (a count of at most `dpsim.sim.checks.MAX_COUNT` over a rate) stays finite.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from dpsim.sim.hardware.link import (
     ROCE_200G,
     ROCE_400G,
 )
-from dpsim.sim.validation import require_choice
+from dpsim.sim.checks import require_choice
 
 SOURCES: dict[str, str] = {
     "dgx-a100": "NVIDIA DGX A100 datasheet: 8x A100 80GB, 6 NVSwitches (600 GB/s per GPU), "

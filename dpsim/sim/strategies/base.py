@@ -17,7 +17,7 @@ from dpsim.sim.cost.memory import precision_dtype
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.inputs import require_make_config, require_split, require_terms
 from dpsim.sim.trace import Trace
-from dpsim.sim.validation import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.workload import Workload
 
 ConfigT = TypeVar("ConfigT")

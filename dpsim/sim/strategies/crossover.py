@@ -28,7 +28,7 @@ from dpsim.sim.strategies.base import (
     CrossoverTerms,
 )
 from dpsim.sim.strategies.inputs import MAX_BATCH, MAX_COUNT, require_link
-from dpsim.sim.validation import require_finite, require_int
+from dpsim.sim.checks import require_finite, require_int
 
 MAX_SECONDS = 1e6  # a compute time in the formula (11.6 days)
 

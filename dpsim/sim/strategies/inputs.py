@@ -1,6 +1,6 @@
 """What the strategies and the planner accept next to a config: a model, hardware, a trace.
 
-Configs check their own fields with `dpsim.sim.validation`; these check the objects passed
+Configs check their own fields with `dpsim.sim.checks`; these check the objects passed
 beside them, so that a wrong object is a ValueError naming the argument (not an
 AttributeError deep in a simulation). Workload, Layer, Device, Link and Cluster refuse bad
 numbers themselves when they are built (dpsim.sim.workload, dpsim.sim.hardware).
@@ -15,7 +15,7 @@ from typing import TypeVar
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
 from dpsim.sim.hardware import Cluster, Device, Link
 from dpsim.sim.trace import SimState, Trace
-from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 T = TypeVar("T")

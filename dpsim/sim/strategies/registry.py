@@ -14,7 +14,7 @@ from dpsim.sim.strategies import ddp, dp, fsdp, single
 from dpsim.sim.strategies.base import Placement, Strategy
 from dpsim.sim.strategies.fsdp import hsdp
 from dpsim.sim.strategies.inputs import MAX_DEVICES, require_instance
-from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.checks import require_bool, require_choice, require_int
 
 _REGISTRY: dict[str, Strategy[Any]] = {}
 

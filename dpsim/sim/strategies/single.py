@@ -21,7 +21,7 @@ from dpsim.sim.strategies.inputs import (
     require_workload,
 )
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 

@@ -30,7 +30,7 @@ from dpsim.sim.strategies.inputs import (
     require_workload,
     shown,
 )
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 MiB = 1024**2

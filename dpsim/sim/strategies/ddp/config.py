@@ -11,7 +11,7 @@ from dpsim.sim.strategies.ddp.buckets import (
     DEFAULT_FIRST_BUCKET_CAP_MB,
     check_caps,
 )
-from dpsim.sim.validation import require_bool, require_choice, require_int
+from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES
 
 

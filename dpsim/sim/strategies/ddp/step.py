@@ -60,7 +60,7 @@ from dpsim.sim.strategies.inputs import (
     shown,
 )
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 

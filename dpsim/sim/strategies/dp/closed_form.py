@@ -12,7 +12,7 @@ from dataclasses import replace
 from dpsim.sim.cost.memory import optimizer_state_bytes
 from dpsim.sim.strategies.dp.config import DPConfig
 from dpsim.sim.strategies.inputs import MAX_BATCH, MAX_DEVICES, require_config, require_workload
-from dpsim.sim.validation import require_choice, require_int
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 MAX_OUT_FEATURES = 1 << 32  # a classifier's outputs per sample

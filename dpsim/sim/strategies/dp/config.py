@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpsim.sim.cost.memory import OPTIMIZERS
-from dpsim.sim.validation import require_choice, require_finite, require_int
+from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.workload import DTYPE_BYTES
 
 INPUT_PLACES = ("device0", "host")

@@ -42,7 +42,7 @@ from dpsim.sim.strategies.inputs import (
     require_workload,
 )
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.validation import require_finite, require_int
+from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Layer, Workload
 
 PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",

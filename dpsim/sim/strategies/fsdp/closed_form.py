@@ -7,7 +7,7 @@ against `communication_bytes_per_step`.
 from __future__ import annotations
 
 from dpsim.sim.strategies.inputs import MAX_COUNT, MAX_DEVICES
-from dpsim.sim.validation import require_bool, require_int
+from dpsim.sim.checks import require_bool, require_int
 
 MAX_BYTES_PER_PARAM = 16  # fp64 complex; fp32 is 4, bf16 2
 

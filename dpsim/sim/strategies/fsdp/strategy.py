@@ -10,7 +10,7 @@ from dpsim.sim.strategies.fsdp.config import FSDPConfig
 from dpsim.sim.strategies.fsdp.step import simulate, step_result
 from dpsim.sim.strategies.inputs import require_terms
 from dpsim.sim.trace import Trace
-from dpsim.sim.validation import require_int
+from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Workload
 
 

@@ -4,7 +4,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from dpsim.sim.validation import (
+from dpsim.sim.checks import (
     MAX_COUNT,
     MAX_SECONDS,
     MAX_TOTAL_BYTES,
