@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import ipywidgets as widgets
@@ -30,8 +31,13 @@ PRECISION_CHOICES = ("default", "mixed", "fp32", "torch_amp")
 def cluster_choice(name: str) -> Cluster:
     """A preset cluster, or this machine (more such machines join over 10 Gb Ethernet)."""
     require_choice("name", name, CLUSTER_CHOICES)
-    if name != "this-machine":
-        return get_cluster(name)
+    return _this_machine() if name == "this-machine" else get_cluster(name)
+
+
+@cache
+def _this_machine() -> Cluster:
+    """This machine, detected once per process (a kernel restart detects it again), with
+    10 Gb Ethernet to more such machines when it has no link of its own beyond the node."""
     from dpsim.runtime.machine import detect
 
     cluster = detect()
@@ -80,18 +86,14 @@ class StrategyExplorer:
 
     def workload(self, model: str) -> Workload:
         """The preset (built once) or the learner's own model."""
-        self.check_model(model)
-        return self.own if model == OWN_MODEL and self.own is not None else self._preset(model)
-
-    def check_model(self, model: str) -> None:
-        """Raise ValueError unless `model` is a preset, or "your model" with one given."""
         check_model(model, self.own is not None)
+        return self.own if model == OWN_MODEL and self.own is not None else self._preset(model)
 
     def check_setting(self, model: str, cluster: str, strategy: str, global_batch: int,
                       precision: str, n_devices: int | None = None,
                       activation_checkpointing: bool = False, offload: bool = False) -> None:
         """Raise ValueError naming the first argument that is not allowed on its own."""
-        self.check_model(model)
+        check_model(model, self.own is not None)
         require_choice("cluster", cluster, CLUSTER_CHOICES)
         require_choice("strategy", strategy, names())
         if n_devices is not None:
@@ -112,13 +114,19 @@ class StrategyExplorer:
         """Strong scaling of this global batch (cached: moving N does not recompute it)."""
         self.check_setting(model, cluster, strategy, global_batch, precision, None,
                            activation_checkpointing, offload)
+        return self._curve(model, cluster, cluster_choice(cluster), strategy, global_batch,
+                           precision, activation_checkpointing, offload)
+
+    def _curve(self, model: str, cluster: str, chosen: Cluster, strategy: str,
+               global_batch: int, precision: str, activation_checkpointing: bool,
+               offload: bool) -> list[PlanResult]:
+        """`curve` for checked settings, `chosen` being `cluster_choice(cluster)`."""
         key = (model, cluster, strategy, global_batch, precision, activation_checkpointing,
                offload)
         if key not in self._curves:
             self._curves[key] = scaling_curve(
-                self.workload(model), cluster_choice(cluster), strategy, global_batch,
-                precision=precision, activation_checkpointing=activation_checkpointing,
-                offload=offload)
+                self.workload(model), chosen, strategy, global_batch, precision=precision,
+                activation_checkpointing=activation_checkpointing, offload=offload)
         return self._curves[key]
 
     def render(self, model: str, cluster: str, strategy: str, n_devices: int,
@@ -133,12 +141,13 @@ class StrategyExplorer:
         self.check_setting(model, cluster, strategy, global_batch, precision, n_devices,
                            activation_checkpointing, offload)
         try:
+            chosen = cluster_choice(cluster)  # once per render: every use below shares it
             w = self.workload(model)
-            p = plan(w, cluster_choice(cluster), strategy, n_devices, global_batch,
+            p = plan(w, chosen, strategy, n_devices, global_batch,
                      precision=precision, activation_checkpointing=activation_checkpointing,
                      offload=offload)
-            curve = self.curve(model, cluster, strategy, global_batch, precision,
-                               activation_checkpointing, offload)
+            curve = self._curve(model, cluster, chosen, strategy, global_batch, precision,
+                                activation_checkpointing, offload)
         except ValueError as err:
             return [f"cannot simulate this setting: {err}"]
         oom = p.oom_devices
@@ -151,10 +160,9 @@ class StrategyExplorer:
                 + (f"OUT OF MEMORY on {len(oom)} of {n_devices} device(s)" if oom
                    else "fits in memory"))
         if oom:  # say what comes after data parallelism when none of it fits
-            beyond = beyond_data_parallel(w, cluster_choice(cluster), n_devices, global_batch)
+            beyond = beyond_data_parallel(w, chosen, n_devices, global_batch)
             text += "".join(f"\n- {line}" for line in beyond.advice)
-        return [plan_figure(p, curve, where=_describe_cluster(cluster_choice(cluster), n_devices)),
-                text]
+        return [plan_figure(p, curve, where=_describe_cluster(chosen, n_devices)), text]
 
 
 def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
@@ -220,5 +228,3 @@ def _first_tensor(x: Any, tensor_type: type) -> Any:
         if found is not None:
             return found
     return None
-def _this_machine(): pass
-_this_machine.cache_clear = lambda: None
