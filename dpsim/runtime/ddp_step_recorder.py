@@ -13,14 +13,12 @@ The hooks only write a timestamp into a slot made beforehand (no lists grown, no
 built, no dictionary looked up); which parameters each bucket holds is noted during the
 first steps only (DDP rebuilds its buckets in step 2), and events are built after the step.
 
-What a Python comm hook costs (measured on this 2-core CPU, one gloo rank, 20 small
-buckets, a plain DDP step timed in turn): the thinner hook saves about a third of the
-recorder's cost per bucket. What is left is DDP's own price for any Python comm hook: a
-Python call and a callback per bucket (the callback runs on gloo's worker thread, which
-pybind11 gives a fresh Python thread state each time), and the division by the world size
-as a pass of its own (about 36 us per MB here; DDP fuses it into the copy into the bucket
-when no hook is registered). benchmarks/ddp.py measures the whole recorder on 2 ranks,
-beside torch's own `allreduce_hook`, the floor for any Python comm hook. gloo has no cheaper
+What the recorder adds to a step: beyond its timestamps, the price DDP charges any Python
+comm hook, a Python call and a future callback per bucket (the callback runs on gloo's
+worker thread, which pybind11 gives a fresh Python thread state each time), and the division
+by the world size as a pass of its own over the bucket (without a hook DDP fuses it into the
+copy into the bucket). benchmarks/ddp.py measures the whole recorder on 2 ranks, beside
+torch's own `allreduce_hook`, the floor for any Python comm hook. gloo has no cheaper
 per-operation completion time in torch 2.13 (no completion hook, no `Work._get_duration`:
 tests/runtime/test_gloo_timing.py); NCCL has both (the duration with
 TORCH_NCCL_ENABLE_TIMING set, as torch's docstring of `Work._get_duration` says).
