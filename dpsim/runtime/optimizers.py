@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import torch
 
-from dpsim.sim.cost.memory import OPTIMIZERS
 from dpsim.sim.checks import require_choice, require_range
+from dpsim.sim.cost.memory import OPTIMIZERS
 
 
 def build_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 1e-3

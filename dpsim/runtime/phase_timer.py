@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import torch
 
 from dpsim.runtime.device import synchronize
-from dpsim.sim.trace import Event, Trace
 from dpsim.sim.checks import require_int, require_type
+from dpsim.sim.trace import Event, Trace
 
 
 class PhaseTimer:

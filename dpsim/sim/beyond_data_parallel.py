@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.sim.hardware import Cluster
-from dpsim.sim.planner import MAX_DEVICES, plan
-from dpsim.sim.strategies.inputs import MAX_BATCH, require_cluster, require_workload
 from dpsim.sim.checks import require_int
+from dpsim.sim.hardware import Cluster
+from dpsim.sim.limits import MAX_BATCH, MAX_PLANNER_DEVICES
+from dpsim.sim.planner import plan
+from dpsim.sim.strategies.inputs import require_cluster, require_workload
 from dpsim.sim.workload import Workload
 
 GIB = 1024**3
@@ -57,7 +58,7 @@ def beyond_data_parallel(workload: Workload, cluster: Cluster, n_devices: int,
     """Check the two limits of data parallelism for `workload` on `n_devices` of `cluster`."""
     require_workload(workload)
     require_cluster(cluster)
-    require_int("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
     lowest = plan(workload, cluster, "fsdp", n_devices, n_devices,
                   activation_checkpointing=True)

@@ -1,24 +1,31 @@
 """Input checks that raise a ValueError naming the field, its value and what is allowed.
 
-The simulator's bounds live here too, so that every module refuses the same sizes:
-`MAX_COUNT` for counts a caller gives (elements, bytes, tensors, samples), `MAX_TOTAL_BYTES`
-for byte totals the simulator derives from them (a trace's samples, a memory breakdown),
-and `MAX_SECONDS` for times in a trace. Within them every result stays a finite number.
+Two ways in. The `require_*` functions check one value. The specs (`Int`, `Real`, `OneOf`,
+`Flag`, `Instance`, `Each`) say the same thing as data, in a type hint:
+`world_size: Annotated[int, Int(1, MAX_WORLD_SIZE)]` (the named hints are in `sim/limits.py`).
+`checked(fn)` checks a call's arguments against `fn`'s hints; the simulator's face
+(`dpsim.sim`) wraps what it exports with it, so inner code calls the bare function and
+trusts its typed inputs. `check_fields(obj)` checks a dataclass's fields against theirs
+(a config's `__post_init__`). A plain hint checks the kind: `int`, `float` (finite), `bool`,
+a class (isinstance), `X | None`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import reprlib
-from collections.abc import Iterable, Iterator
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from numbers import Real
-from typing import TypeVar
+from dataclasses import dataclass
+from numbers import Real as _Number
+from typing import Annotated, Any, TypeVar
 
 T = TypeVar("T")
-
-MAX_COUNT = 2**62  # a count a caller gives: it fits a signed 64-bit integer, with headroom
-MAX_TOTAL_BYTES = 2**128  # a derived byte total: a count times a batch, times a few factors
-MAX_SECONDS = 1e100  # a time in a trace: far beyond any step, and sums of them stay finite
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def require_range(
@@ -32,7 +39,7 @@ def require_range(
     """Return `value` if low <= value <= high (or low < value), else raise ValueError."""
     if type(value) in _PLAIN and value == value and _within(value, low, high, low_inclusive):
         return value  # the common case, without building a message
-    if isinstance(value, bool) or not isinstance(value, Real):  # numpy numbers are Real
+    if isinstance(value, bool) or not isinstance(value, _Number):  # numpy numbers are Real
         raise ValueError(f"{field}={value!r} is not a number; "
                          f"give a number{_bounds(low, high, low_inclusive)}")
     if value != value:  # NaN
@@ -58,7 +65,7 @@ def require_finite(
     if type(value) in _PLAIN and -_INF < value < _INF and _within(value, low, high,
                                                                   low_inclusive):
         return value  # the common case
-    if not isinstance(value, bool) and isinstance(value, Real) and value in (_INF, -_INF):
+    if not isinstance(value, bool) and isinstance(value, _Number) and value in (_INF, -_INF):
         allowed = _bounds(low, high, low_inclusive)
         raise ValueError(f"{field}={value!r} is not finite; give a finite number{allowed}")
     return require_range(field, value, low, high, low_inclusive=low_inclusive)
@@ -142,3 +149,166 @@ def _bounds(low: float | None, high: float | None, low_inclusive: bool) -> str:
     if high is not None:
         return f" <= {high}"
     return ""
+
+
+# --- checks as data: specs in type hints ---------------------------------------------------
+
+class Spec:
+    """What a value may be; calling it returns the value or raises a ValueError naming it."""
+
+    def __call__(self, field: str, value: Any) -> Any:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Int(Spec):
+    """An integer (not a bool) in [low, high]."""
+
+    low: int | None = None
+    high: int | None = None
+
+    def __call__(self, field: str, value: Any) -> int:
+        return require_int(field, value, self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Real(Spec):
+    """A number (not a bool, not NaN) in [low, high] (or (low, high]); finite unless told."""
+
+    low: float | None = None
+    high: float | None = None
+    low_inclusive: bool = True
+    finite: bool = True
+
+    def __call__(self, field: str, value: Any) -> float:
+        check = require_finite if self.finite else require_range
+        return check(field, value, self.low, self.high, low_inclusive=self.low_inclusive)
+
+
+@dataclass(frozen=True)
+class OneOf(Spec):
+    """One of `allowed`: a tuple, or a function returning the choices (a registry's names)."""
+
+    allowed: tuple[Any, ...] | Callable[[], Iterable[Any]]
+
+    def __call__(self, field: str, value: Any) -> Any:
+        allowed = self.allowed if isinstance(self.allowed, tuple) else tuple(self.allowed())
+        return require_choice(field, value, allowed)
+
+
+@dataclass(frozen=True)
+class Flag(Spec):
+    """True or False."""
+
+    def __call__(self, field: str, value: Any) -> bool:
+        return require_bool(field, value)
+
+
+@dataclass(frozen=True)
+class Instance(Spec):
+    """An instance of `kind`."""
+
+    kind: type | tuple[type, ...]
+
+    def __call__(self, field: str, value: Any) -> Any:
+        return require_type(field, value, self.kind)
+
+
+@dataclass(frozen=True)
+class Each(Spec):
+    """A list or tuple (not a string) of `min_len`..`max_len` items, each checked by `item`
+    and named `field[i]`."""
+
+    item: Spec
+    min_len: int = 1
+    max_len: int = 1 << 20
+
+    def __call__(self, field: str, value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{field}={reprlib.repr(value)} is not a list or tuple; allowed: "
+                             f"a list or tuple of {self.min_len} to {self.max_len} values")
+        if not self.min_len <= len(value) <= self.max_len:
+            raise ValueError(f"{field} has {len(value)} values; allowed: {self.min_len} to "
+                             f"{self.max_len}")
+        for i, item in enumerate(value):
+            self.item(f"{field}[{i}]", item)
+        return value
+
+
+@dataclass(frozen=True)
+class Maybe(Spec):
+    """None, or what `spec` allows."""
+
+    spec: Spec
+
+    def __call__(self, field: str, value: Any) -> Any:
+        return value if value is None else self.spec(field, value)
+
+
+def spec_of(hint: Any) -> Spec | None:
+    """The check a type hint asks for (None: nothing to check, e.g. a Callable)."""
+    if typing.get_origin(hint) is Annotated:
+        found = [m for m in hint.__metadata__ if isinstance(m, Spec)]
+        return found[0] if found else spec_of(hint.__origin__)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner = spec_of(options[0]) if len(options) == 1 else _classes(options)
+        if type(None) not in typing.get_args(hint):
+            return inner
+        return None if inner is None else Maybe(inner)
+    if hint is bool:
+        return Flag()
+    if hint is int:
+        return Int()
+    if hint is float:
+        return Real()
+    if isinstance(hint, type) and hint is not object:
+        return Instance(hint)
+    return None
+
+
+def _classes(options: Sequence[Any]) -> Spec | None:
+    if all(isinstance(o, type) for o in options):
+        return Instance(tuple(options))
+    return None
+
+
+@functools.cache
+def _field_specs(cls: type) -> tuple[tuple[str, Spec], ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = spec_of(hints[f.name])
+        if spec is not None:
+            out.append((f.name, spec))
+    return tuple(out)
+
+
+def check_fields(obj: object) -> None:
+    """Check each field of the dataclass `obj` against its type hint."""
+    for name, spec in _field_specs(type(obj)):
+        spec(name, getattr(obj, name))
+
+
+def checked(fn: F) -> F:
+    """`fn`, checking each argument a caller passes against its type hint first.
+
+    Arguments left at their defaults are not checked (the defaults are trusted).
+    """
+    signature = inspect.signature(fn)
+    specs: dict[str, Spec] | None = None
+
+    @functools.wraps(fn)
+    def at_the_face(*args: Any, **kwargs: Any) -> Any:
+        nonlocal specs
+        if specs is None:
+            hints = typing.get_type_hints(fn, include_extras=True)
+            specs = {name: spec for name in signature.parameters
+                     if name in hints and (spec := spec_of(hints[name])) is not None}
+        for name, value in signature.bind(*args, **kwargs).arguments.items():
+            spec = specs.get(name)
+            if spec is not None:
+                spec(name, value)
+        return fn(*args, **kwargs)
+
+    return typing.cast(F, at_the_face)

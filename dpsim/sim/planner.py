@@ -14,15 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.collectives.group_cost import group_link, uses_nccl
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, step_compute_s
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
-from dpsim.sim.hardware import MAX_NODES, Cluster, Link
+from dpsim.sim.hardware import Cluster, Link
+from dpsim.sim.limits import MAX_BATCH, MAX_NODES, MAX_PLANNER_DEVICES
 from dpsim.sim.strategies.crossover import crossover_formula as crossover_formula  # re-exported
 from dpsim.sim.strategies.crossover import solve_crossover, topology_crossover
 from dpsim.sim.strategies.inputs import (
-    MAX_BATCH,
     require_cluster,
     require_instance,
     require_ints,
@@ -38,7 +39,6 @@ from dpsim.sim.strategies.knobs import (
     resolve_precision,
 )
 from dpsim.sim.strategies.registry import get_strategy, names
-from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 # the precisions every strategy's planner config takes: fp32 everywhere, or bf16 compute
@@ -46,7 +46,6 @@ from dpsim.sim.workload import DTYPE_BYTES, Workload
 PLAN_PRECISIONS = tuple(p for p in PRECISIONS if p != "bf16")
 POWERS_OF_TWO = tuple(2**k for k in range(11))  # 1 .. 1024 devices
 MODES = ("strong", "weak")
-MAX_DEVICES = POWERS_OF_TWO[-1]  # the planner's largest cluster
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class PlanResult:
 def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
     """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
     s = get_strategy(strategy, field="strategy")
-    require_int("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
     return s.split_batch(n_devices, global_batch)
 
@@ -148,7 +147,7 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
     require_cluster(cluster)
     require_choice("mode", mode, MODES)
     s = get_strategy(strategy, field="strategy")
-    counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
+    counts = require_ints("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
     require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
     precision = resolve_precision(strategy, precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
@@ -306,7 +305,7 @@ def _check_crossover(workload: Workload, cluster: Cluster, global_batch: int, pr
     require_cluster(cluster)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
     require_choice("precision", precision, (DEFAULT_PRECISION, *PLAN_PRECISIONS, "torch_amp"))
-    counts = require_ints("n_devices", n_devices, 1, MAX_DEVICES)
+    counts = require_ints("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
     if workload.n_params == 0:
         raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
                          "with parameters to communicate")
@@ -347,7 +346,7 @@ def summary_table(workload: Workload, cluster: Cluster, n_devices: int | None = 
     one node, 8 per device; a strategy limited to fewer devices gets their share of it)."""
     require_cluster(cluster)
     n = cluster.devices_per_node if n_devices is None else n_devices
-    require_int("n_devices", n, 1, MAX_DEVICES)
+    require_int("n_devices", n, 1, MAX_PLANNER_DEVICES)
     g = 8 * n if global_batch is None else global_batch
     require_int("global_batch", g, 1, MAX_BATCH)
     chosen = names() if strategies is None else require_names("strategies", strategies, names())

@@ -13,21 +13,12 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
-from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.checks import (
-    MAX_SECONDS,
-    MAX_TOTAL_BYTES,
-    require_choice,
-    require_finite,
-    require_int,
-    require_type,
-    within,
-)
+from dpsim.sim.checks import require_choice, require_finite, require_int, require_type, within
+from dpsim.sim.limits import MAX_DEVICE, MAX_SECONDS, MAX_TOTAL_BYTES
 
 T = TypeVar("T")
 _PLAIN = (int, float)  # exact types of a time that take the fast path (not bool)
 SOURCES = ("simulated", "measured", "re-enacted")  # re-enacted: real torch ops, stand-in devices
-MAX_DEVICE = MAX_WORLD_SIZE - 1  # device: a rank or device index, 0..MAX_DEVICE
 # Times are seconds from the start of the step, 0..MAX_SECONDS; bytes 0..MAX_TOTAL_BYTES.
 
 

@@ -11,14 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.sim.checks import (
-    MAX_COUNT,
-    require_bool,
-    require_choice,
-    require_finite,
-    require_int,
-    require_type,
-)
+from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int, require_type
+from dpsim.sim.limits import MAX_COUNT, MAX_DIM, MAX_FLOPS, MAX_LAYERS
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
@@ -26,9 +20,6 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # MAX_COUNT, also summed over the layers; a layer does at most MAX_FLOPS forward FLOPs per
 # sample. `transformer` takes at most MAX_LAYERS blocks and sizes up to MAX_DIM, so that it
 # returns within a second and its model stays within those bounds.
-MAX_FLOPS = 1e30
-MAX_LAYERS = 10_000
-MAX_DIM = 1 << 20
 
 # What each layer type keeps for its backward pass (PyTorch's autograd formulas).
 SAVES: dict[str, str] = {

@@ -14,6 +14,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.collectives.cost import (
     ALGORITHMS,
     COLLECTIVES,
@@ -25,7 +26,6 @@ from dpsim.sim.collectives.cost import (
 from dpsim.sim.collectives.group_cost import achieved_link
 from dpsim.sim.collectives.series import model_series
 from dpsim.sim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
-from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.viz.style import human_bytes
 from dpsim.viz.traffic import cost_curves_figure
 from dpsim.widgets.dashboard import dashboard

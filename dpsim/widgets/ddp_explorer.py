@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.hardware import (
     DEVICES,
     INFINIBAND_NDR,
@@ -26,7 +27,6 @@ from dpsim.sim.strategies.ddp import (
     simulate,
     step_result,
 )
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.workload import PRESETS, get_workload
 from dpsim.viz.ddp_timeline import scaling_figure
 from dpsim.viz.timeline import timeline

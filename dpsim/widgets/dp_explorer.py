@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.hardware import CLUSTERS, get_cluster
 from dpsim.sim.strategies import dp
 from dpsim.sim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
 from dpsim.sim.trace import Trace
-from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.workload import PRESETS, Workload, get_workload
 from dpsim.viz.memory_per_device import peak_per_device
 from dpsim.viz.style import human_bytes

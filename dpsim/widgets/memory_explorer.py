@@ -7,11 +7,11 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown
 from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
 from dpsim.sim.hardware import DEVICES
 from dpsim.sim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
-from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.workload import PRESETS, get_workload
 from dpsim.viz.memory import breakdown_bars
 from dpsim.viz.style import add_limit

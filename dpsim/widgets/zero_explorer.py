@@ -7,10 +7,10 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
 from dpsim.sim.hardware import H100_80GB, NVLINK4, Cluster
 from dpsim.sim.strategies.fsdp import FSDPConfig, compare_stages, summary
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.workload import Workload, get_workload, transformer
 from dpsim.viz.fsdp import device_grid, zero_bars
 from dpsim.widgets.dashboard import dashboard

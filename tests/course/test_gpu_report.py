@@ -6,7 +6,7 @@ import pytest
 
 from dpsim.course.doctor import format_report
 from dpsim.course.gpu_report import describe, from_torch, parse_topology, preset_for
-from dpsim.sim.hardware import GiB
+from dpsim.sim.limits import GiB
 
 # The layout of `nvidia-smi topo -m`: indented GPU column names, a row per GPU ("X" on the
 # diagonal), then NICs, affinities and a legend.

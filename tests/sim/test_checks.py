@@ -5,9 +5,6 @@ import numpy as np
 import pytest
 
 from dpsim.sim.checks import (
-    MAX_COUNT,
-    MAX_SECONDS,
-    MAX_TOTAL_BYTES,
     require_bool,
     require_choice,
     require_finite,
@@ -16,6 +13,7 @@ from dpsim.sim.checks import (
     require_type,
     within,
 )
+from dpsim.sim.limits import MAX_COUNT, MAX_SECONDS, MAX_TOTAL_BYTES
 
 
 def test_range_accepts_inside_and_names_field_outside() -> None:

@@ -24,8 +24,8 @@ from dpsim.sim.collectives.cost import (
     tree_levels,
 )
 from dpsim.sim.collectives.ring import chunk_bounds, ring_reduce_scatter
-from dpsim.sim.collectives.schedule import schedule, simulated_time_s, traffic_per_rank
 from dpsim.sim.hardware import INFINIBAND_NDR, NVLINK4, Link
+from tests.support.schedule import schedule, simulated_time_s, traffic_per_rank
 
 LINK = Link("test link", bandwidth_GBps=2.0, latency_us=7.0)
 ALPHA, B = 7e-6, 2e9

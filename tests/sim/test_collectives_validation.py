@@ -31,29 +31,24 @@ from dpsim.sim.collectives.cost import (
     tree_levels,
 )
 from dpsim.sim.collectives.fit import fit_link
-from dpsim.sim.collectives.limits import (
-    MAX_LISTED_RANKS,
-    MAX_NBYTES,
-    MAX_SCHEDULE_RANKS,
-    MAX_WORLD_SIZE,
-)
 from dpsim.sim.collectives.ring import (
     chunk_bounds,
     chunk_sizes,
     ring_all_reduce_steps,
     ring_reduce_scatter,
 )
-from dpsim.sim.collectives.schedule import (
+from dpsim.sim.collectives.series import bandwidth_series, model_series, rank_traffic
+from dpsim.sim.collectives.traffic import bytes_per_rank
+from dpsim.sim.hardware import NVLINK4, Link
+from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_SCHEDULE_RANKS, MAX_WORLD_SIZE
+from tests.support.bad_input import outcome, raises_naming, wrong
+from tests.support.schedule import (
     Round,
     round_time_s,
     schedule,
     simulated_time_s,
     traffic_per_rank,
 )
-from dpsim.sim.collectives.series import bandwidth_series, model_series, rank_traffic
-from dpsim.sim.collectives.traffic import bytes_per_rank
-from dpsim.sim.hardware import NVLINK4, Link
-from tests.support.bad_input import outcome, raises_naming, wrong
 
 INF, NAN = math.inf, math.nan
 SIZES, TIMES = [1024, 2048], [1e-3, 2e-3]

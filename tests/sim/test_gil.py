@@ -1,5 +1,5 @@
 """The GIL model (dpsim.sim.cost.gil), its figures, and the measurements
-(dpsim.labs.ch04_gil.gil_measure)."""
+(dpsim.runtime.gil_measure)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsim.labs.ch04_gil import gil_measure
+from dpsim.runtime import gil_measure
 from dpsim.sim.cost.gil import (
     GILConfig,
     predict_speedup,

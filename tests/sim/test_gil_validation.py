@@ -17,11 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsim.sim.cost.gil import (
-    MAX_CORES,
-    MAX_SECONDS,
-    MAX_STEPS,
-    MAX_THREADS,
-    MIN_SWITCH_INTERVAL_S,
     GILConfig,
     predict_speedup,
     predict_time_s,
@@ -31,6 +26,7 @@ from dpsim.sim.cost.gil import (
     speedup_curve,
     thread_segments,
 )
+from dpsim.sim.limits import MAX_CORES, MAX_CPU_S, MAX_STEPS, MAX_THREADS, MIN_SWITCH_INTERVAL_S
 from tests.support.bad_input import outcome, raises_naming, wrong
 
 INF, NAN = math.inf, math.nan
@@ -45,7 +41,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
     ("config work inf", lambda: GILConfig(work_s=INF), "work_s"),
     ("config work nan", lambda: GILConfig(work_s=NAN), "work_s"),
     ("config work text", lambda: GILConfig(work_s=wrong("1")), "work_s"),
-    ("config work too long", lambda: GILConfig(work_s=MAX_SECONDS * 2), "work_s"),
+    ("config work too long", lambda: GILConfig(work_s=MAX_CPU_S * 2), "work_s"),
     ("config share nan", lambda: GILConfig(gil_share=NAN), "gil_share"),
     ("config share inf", lambda: GILConfig(gil_share=INF), "gil_share"),
     ("config share bool", lambda: GILConfig(gil_share=True), "gil_share"),
@@ -176,7 +172,7 @@ def test_teaching_configs_fit_the_budget_with_room() -> None:
 
 # --- accepted input gives finite, non-negative answers -----------------------------------------
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 16), work=st.floats(1e-300, MAX_SECONDS), g=st.floats(0.0, 1.0),
+@given(n=st.integers(1, 16), work=st.floats(1e-300, MAX_CPU_S), g=st.floats(0.0, 1.0),
        n_ops=st.integers(1, 200), interval=st.floats(MIN_SWITCH_INTERVAL_S, 10.0),
        cores=st.one_of(st.none(), st.integers(1, 32)))
 def test_simulate_is_finite_or_refused_promptly(n: int, work: float, g: float, n_ops: int,
@@ -197,7 +193,7 @@ def test_simulate_is_finite_or_refused_promptly(n: int, work: float, g: float, n
 
 
 @settings(max_examples=60, deadline=None)
-@given(work=st.floats(0.0, MAX_SECONDS), g=st.floats(0.0, 1.0), n=st.integers(1, MAX_THREADS),
+@given(work=st.floats(0.0, MAX_CPU_S), g=st.floats(0.0, 1.0), n=st.integers(1, MAX_THREADS),
        cores=st.one_of(st.none(), st.integers(1, MAX_CORES)))
 def test_closed_forms_are_finite(work: float, g: float, n: int, cores: int | None) -> None:
     bound = predict_speedup(g, n, cores)

@@ -14,10 +14,6 @@ from dpsim.sim.hardware import (
     DEVICES,
     H100_80GB,
     INFINIBAND_NDR,
-    MAX_OVERHEAD_US,
-    MAX_RATE,
-    MIN_EFFICIENCY,
-    MIN_RATE,
     NVLINK4,
     Cluster,
     Device,
@@ -26,8 +22,15 @@ from dpsim.sim.hardware import (
     get_cluster,
     get_device,
 )
-from dpsim.sim.checks import MAX_COUNT
-from dpsim.sim.workload import MAX_FLOPS, Layer
+from dpsim.sim.limits import (
+    MAX_COUNT,
+    MAX_FLOPS,
+    MAX_OVERHEAD_US,
+    MAX_RATE,
+    MIN_EFFICIENCY,
+    MIN_RATE,
+)
+from dpsim.sim.workload import Layer
 from tests.support.bad_input import raises_naming
 from tests.support.links import ring_link_of
 
@@ -166,7 +169,7 @@ def test_infinite_overhead_is_reported_as_not_finite() -> None:
 
 def test_presets_and_calibration_units_stay_within_the_bounds() -> None:
     unit = Device("unit", "cpu", 1.0, 1e9, 1e9, 1e12, op_overhead_us=1.0, efficiency=1.0)
-    assert unit.mem_bw_GBps == 1e12  # labs.ch01_single_device.calibrate's unit device
+    assert unit.mem_bw_GBps == 1e12  # runtime.device_calibration's unit device
     assert cpu_device(2).fp32_tflops == pytest.approx(0.1)
     assert cpu_device(None).kind == "cpu"
 

@@ -15,7 +15,6 @@ from dpsim.sim.cost.fsdp_shards import (
     fsdp_shard_rows,
 )
 from dpsim.sim.cost.memory import (
-    MAX_BYTES_PER_PARAM,
     MemoryBreakdown,
     bytes_per_param,
     checkpointed_activation_bytes,
@@ -29,8 +28,8 @@ from dpsim.sim.cost.memory import (
     zero_bytes_per_device,
     zero_sharded_fraction,
 )
-from dpsim.sim.hardware import H100_80GB, MAX_WORLD_SIZE
-from dpsim.sim.checks import MAX_COUNT
+from dpsim.sim.hardware import H100_80GB
+from dpsim.sim.limits import MAX_COUNT, MAX_STATE_BYTES_PER_PARAM, MAX_WORLD_SIZE
 from dpsim.sim.workload import Layer, Workload, get_workload
 from tests.support.bad_input import raises_naming
 
@@ -71,7 +70,7 @@ MEMORY_CALLS: list[tuple[str, Callable[[], object]]] = [
     ("param_bytes", lambda: zero_bytes_per_device(10**9, 8, 3, param_bytes=-1)),
     ("grad_bytes", lambda: zero_bytes_per_device(10, 8, 3, grad_bytes=2.5)),  # type: ignore[arg-type]
     ("optimizer_bytes", lambda: zero_bytes_per_device(
-        10, 8, 3, optimizer_bytes=MAX_BYTES_PER_PARAM + 1)),
+        10, 8, 3, optimizer_bytes=MAX_STATE_BYTES_PER_PARAM + 1)),
     ("precision", lambda: precision_dtype("fp16")),
     ("precision", lambda: precision_bytes_per_param("fp8")),
     ("stage", lambda: zero_sharded_fraction(-1, 8)),
@@ -129,7 +128,7 @@ def test_bad_memory_and_compute_inputs_name_their_field(field: str,
 
 def test_negative_bytes_per_param_no_longer_give_negative_bytes() -> None:
     with pytest.raises(ValueError, match=r"^param_bytes=-1 is out of range; allowed >= 0 and "
-                                         rf"<= {MAX_BYTES_PER_PARAM}$"):
+                                         rf"<= {MAX_STATE_BYTES_PER_PARAM}$"):
         zero_bytes_per_device(10**9, 8, 3, param_bytes=-1)
 
 

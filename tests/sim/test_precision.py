@@ -194,8 +194,6 @@ def test_ddp_checkpointing_keeps_the_formula_and_pays_a_forward() -> None:
 
 def test_runtime_entry_points_name_bad_fields() -> None:
     from dpsim.labs.ch09_precision.checkpointing import measure_checkpointing
-    from dpsim.labs.ch09_precision.clipping import run_clipping
-    from dpsim.labs.ch09_precision.precision_lab import run_precision_lab
     from dpsim.runtime.models import BlockStack, TinyTransformer
 
     with raises_naming("dtype"):
@@ -206,7 +204,3 @@ def test_runtime_entry_points_name_bad_fields() -> None:
         BlockStack(depth=0)
     with raises_naming("n_heads"):
         TinyTransformer(width=30, n_heads=4)
-    with raises_naming("world_size"):
-        run_precision_lab(1)
-    with raises_naming("global_batch"):
-        run_clipping(2, global_batch=7)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from dpsim.sim.hardware import NVLINK4, Cluster, Link, get_cluster
+from dpsim.sim.limits import MAX_HOST_US
 from dpsim.sim.planner import (
     check_batch,
     crossover,
@@ -35,7 +36,7 @@ from dpsim.sim.strategies.base import (
     split_evenly,
 )
 from dpsim.sim.strategies.ddp import DDPConfig, GradTensor
-from dpsim.sim.strategies.dp import MAX_HOST_US, DPConfig
+from dpsim.sim.strategies.dp import DPConfig
 from dpsim.sim.strategies.fsdp import FSDPConfig, build_units
 from dpsim.sim.strategies.registry import get_strategy, names, register, unregister
 from dpsim.sim.strategies.single import SingleConfig

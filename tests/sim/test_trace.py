@@ -4,8 +4,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from dpsim.sim.trace import MAX_DEVICE, Event, MemorySample, Trace
-from dpsim.sim.checks import MAX_SECONDS, MAX_TOTAL_BYTES
+from dpsim.sim.limits import MAX_DEVICE, MAX_SECONDS, MAX_TOTAL_BYTES
+from dpsim.sim.trace import Event, MemorySample, Trace
 from tests.support.bad_input import raises_naming
 
 

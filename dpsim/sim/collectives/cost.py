@@ -34,11 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.collectives.limits import (
     ALGORITHMS,
     COLLECTIVES,
-    MAX_NBYTES,
-    MAX_WORLD_SIZE,
     check_collective,
     check_link,
     finite_seconds,
@@ -46,7 +45,7 @@ from dpsim.sim.collectives.limits import (
 from dpsim.sim.collectives.ring import RingStep, chunk_bounds, ring_all_reduce_steps
 from dpsim.sim.collectives.traffic import bytes_per_rank
 from dpsim.sim.hardware import Link
-from dpsim.sim.checks import require_choice, require_finite, require_int
+from dpsim.sim.limits import MAX_NBYTES, MAX_WORLD_SIZE
 
 __all__ = [
     "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bandwidths_GBps",

@@ -20,13 +20,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpsim.sim.collectives.limits import MAX_NBYTES, MAX_WORLD_SIZE
-from dpsim.sim.hardware import Link
 from dpsim.sim.checks import require_choice, require_finite, require_int
+from dpsim.sim.hardware import Link
+from dpsim.sim.limits import MAX_NBYTES, MAX_TERM, MAX_TIME_S, MIN_TIME_S
 
 WEIGHTINGS = ("relative", "absolute")
-MIN_TIME_S, MAX_TIME_S = 1e-12, 1e6  # a timing: from a picosecond to 11.6 days
-MAX_TERM = 2 * MAX_WORLD_SIZE  # the largest k or f of a closed form (naive all-reduce)
 
 
 def fit_link(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,

@@ -38,8 +38,8 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
+from dpsim.sim.checks import require_choice, require_int, require_type
 from dpsim.sim.collectives.cost import collective_time_s
-from dpsim.sim.collectives.limits import MAX_NBYTES
 from dpsim.sim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP_US
 from dpsim.sim.collectives.nccl import (
     NCCL_COLLECTIVES,
@@ -51,7 +51,7 @@ from dpsim.sim.collectives.nccl import (
 )
 from dpsim.sim.collectives.params import DEFAULT_PARAMS
 from dpsim.sim.hardware import Cluster, Link
-from dpsim.sim.checks import require_choice, require_int, require_type
+from dpsim.sim.limits import MAX_NBYTES
 
 GROUP_ALGORITHMS = ("auto", "ring", "tree", "nvls", "naive")
 CLOSED_FORM_KINDS = ("generic", "shared_memory")  # numbers already achieved: no NCCL model

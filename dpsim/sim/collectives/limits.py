@@ -15,19 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dpsim.sim.hardware import Link
 from dpsim.sim.checks import require_choice, require_finite, require_int
+from dpsim.sim.hardware import Link
+from dpsim.sim.limits import MAX_NBYTES, MAX_WORLD_SIZE
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",
                "gather")
 ALGORITHMS = ("ring", "tree", "naive")
 
-MAX_WORLD_SIZE = 1024 * 4096  # ranks in a closed form: the largest dpsim Cluster
-MAX_LISTED_RANKS = 1 << 16  # ranks in an answer with one entry per rank
-MAX_SCHEDULE_RANKS = 1024  # ranks in a schedule built round by round (O(N**2) messages)
-MAX_NBYTES = 1 << 46  # bytes of one collective's full tensor (64 TiB)
-MAX_RING_RANKS = 32  # ranks in the step-by-step ring (ring.ring_all_reduce_steps)
-MAX_RING_STORED = 1 << 23  # numbers its snapshots hold: (2N - 1) steps x N ranks x length
 
 
 def check_collective(collective: str, nbytes: int, world_size: int, algorithm: str,

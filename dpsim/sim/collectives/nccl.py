@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dpsim.sim.collectives.limits import MAX_NBYTES
+from dpsim.sim.checks import require_choice, require_int, require_type
 from dpsim.sim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP_US
 from dpsim.sim.collectives.params import DEFAULT_PARAMS, ModelParams
 from dpsim.sim.collectives.protocols import (
@@ -61,8 +61,8 @@ from dpsim.sim.collectives.protocols import (
     protocols_for,
     tree_correction,
 )
-from dpsim.sim.hardware import MAX_DEVICES_PER_NODE, MAX_NODES, Cluster, Link
-from dpsim.sim.checks import require_choice, require_int, require_type
+from dpsim.sim.hardware import Cluster, Link
+from dpsim.sim.limits import MAX_DEVICES_PER_NODE, MAX_NBYTES, MAX_NODES
 
 NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 NCCL_ALGORITHMS = ("ring", "tree", "nvls")

@@ -20,13 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsim.sim.collectives.limits import (
-    MAX_LISTED_RANKS,
-    MAX_NBYTES,
-    MAX_RING_RANKS,
-    MAX_RING_STORED,
-)
 from dpsim.sim.checks import require_int
+from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_RING_RANKS, MAX_RING_STORED
 
 PHASES = ("start", "reduce_scatter", "all_gather")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.collectives.cost import (
     ALGORITHMS,
     bandwidths_GBps,
@@ -20,14 +21,9 @@ from dpsim.sim.collectives.cost import (
     ring_bytes_per_rank_formula,
 )
 from dpsim.sim.collectives.limits import COLLECTIVES as COLLECTIVES  # what `collective` takes
-from dpsim.sim.collectives.limits import (
-    MAX_LISTED_RANKS,
-    MAX_NBYTES,
-    check_collective,
-    check_names,
-)
+from dpsim.sim.collectives.limits import check_collective, check_names
 from dpsim.sim.hardware import Link
-from dpsim.sim.checks import require_finite, require_int
+from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES
 
 
 @dataclass(frozen=True)

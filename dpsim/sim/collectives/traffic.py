@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpsim.sim.collectives.limits import MAX_LISTED_RANKS, check_collective
+from dpsim.sim.collectives.limits import check_collective
 from dpsim.sim.collectives.ring import chunk_sizes
+from dpsim.sim.limits import MAX_LISTED_RANKS
 
 Traffic = tuple[np.ndarray, np.ndarray]  # (bytes sent, bytes received) per rank, int64
 

@@ -7,9 +7,10 @@ simulated timeline uses the same compute model.
 
 from __future__ import annotations
 
+from dpsim.sim.checks import require_choice, require_int, require_type
 from dpsim.sim.cost.memory import OPTIMIZERS
 from dpsim.sim.hardware import Device
-from dpsim.sim.checks import MAX_COUNT, require_choice, require_int, require_type
+from dpsim.sim.limits import MAX_COUNT
 from dpsim.sim.workload import DTYPE_BYTES, Layer, Workload
 
 OPS_PER_LAYER = 1  # operators a leaf layer dispatches in forward (backward: 2x)

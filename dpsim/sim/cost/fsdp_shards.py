@@ -8,18 +8,10 @@ these functions give the rows, elements and bytes per rank that cut leaves
 
 from __future__ import annotations
 
+from dpsim.sim.checks import require_bool, require_choice, require_int, require_type
 from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, optimizer_state_bytes
-from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.checks import (
-    MAX_COUNT,
-    require_bool,
-    require_choice,
-    require_int,
-    require_type,
-)
+from dpsim.sim.limits import MAX_COUNT, MAX_NDIM, MAX_WORLD_SIZE
 from dpsim.sim.workload import DTYPE_BYTES
-
-MAX_NDIM = 64  # dimensions of a parameter's shape
 
 
 def fsdp_shard_rows(dim0: int, world_size: int, rank: int) -> int:

@@ -31,17 +31,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.sim.cost.gil_limits import MAX_CORES as MAX_CORES  # re-exported: the model's domain
-from dpsim.sim.cost.gil_limits import MAX_SECONDS as MAX_SECONDS
-from dpsim.sim.cost.gil_limits import MAX_STEPS as MAX_STEPS
-from dpsim.sim.cost.gil_limits import MAX_THREADS as MAX_THREADS
-from dpsim.sim.cost.gil_limits import MIN_SWITCH_INTERVAL_S as MIN_SWITCH_INTERVAL_S
+from dpsim.sim.checks import require_finite, require_int, require_range
 from dpsim.sim.cost.gil_limits import SEGMENT_KINDS as SEGMENT_KINDS
 from dpsim.sim.cost.gil_limits import Segment as Segment
 from dpsim.sim.cost.gil_limits import check_steps, check_threads
 from dpsim.sim.cost.gil_limits import simulation_steps as simulation_steps
+from dpsim.sim.limits import MAX_CORES as MAX_CORES
+from dpsim.sim.limits import MAX_CPU_S
+from dpsim.sim.limits import MAX_STEPS as MAX_STEPS
+from dpsim.sim.limits import MAX_THREADS as MAX_THREADS
+from dpsim.sim.limits import MIN_SWITCH_INTERVAL_S as MIN_SWITCH_INTERVAL_S
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.checks import require_finite, require_int, require_range
 
 DEFAULT_SWITCH_INTERVAL_S = 0.005  # CPython's default sys.getswitchinterval()
 _EPS = 1e-12
@@ -60,7 +60,7 @@ class GILConfig:
 
     def __post_init__(self) -> None:
         require_int("n_threads", self.n_threads, 1, MAX_THREADS)
-        require_finite("work_s", self.work_s, 0, MAX_SECONDS, low_inclusive=False)
+        require_finite("work_s", self.work_s, 0, MAX_CPU_S, low_inclusive=False)
         require_range("gil_share", self.gil_share, 0, 1)
         require_int("n_ops", self.n_ops, 1, 1_000_000)
         require_finite("switch_interval_s", self.switch_interval_s, MIN_SWITCH_INTERVAL_S)
@@ -101,7 +101,7 @@ def _predict_speedup(gil_share: float, n_threads: int, n_cores: int | None) -> f
 def predict_time_s(work_s: float, gil_share: float, n_threads: int,
                    n_cores: int | None = None) -> float:
     """Seconds for n_threads threads of work_s each: n_threads * work_s / predict_speedup."""
-    require_finite("work_s", work_s, 0, MAX_SECONDS)
+    require_finite("work_s", work_s, 0, MAX_CPU_S)
     bound = predict_speedup(gil_share, n_threads, n_cores)  # checks the other arguments
     return n_threads * work_s / bound
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dpsim.sim.checks import require_choice, require_finite
+from dpsim.sim.limits import MAX_CPU_S, MAX_STEPS, MAX_THREADS
 
 Segment = tuple[str, float]  # ("gil" | "free", CPU seconds)
 SEGMENT_KINDS = ("gil", "free")
-MAX_THREADS = 1024  # threads in one simulation
-MAX_CORES = 4096
-MAX_SECONDS = 3600.0  # CPU seconds of one thread's work, or of one segment
-MIN_SWITCH_INTERVAL_S = 1e-6  # CPython keeps the switch interval in whole microseconds
-MAX_STEPS = 150_000  # estimated simulation steps x (threads + 10): under half a second
 
 
 def simulation_steps(n_threads: int, n_segments: int, gil_s: float, switch_interval_s: float,
@@ -66,7 +62,7 @@ def check_threads(threads: Sequence[Sequence[Segment]]) -> tuple[int, float]:
     for i, segs in enumerate(threads):
         for k, seg in enumerate(segs):
             if type(seg) is not tuple or len(seg) != 2 or seg[0] not in SEGMENT_KINDS or \
-                    type(seg[1]) not in (float, int) or not 0 <= seg[1] <= MAX_SECONDS:
+                    type(seg[1]) not in (float, int) or not 0 <= seg[1] <= MAX_CPU_S:
                 _check_segment(f"threads[{i}][{k}]", seg)  # the slow path names the culprit
             kept += seg[1] > 0
             gil_s += seg[1] if seg[0] == "gil" else 0.0
@@ -78,4 +74,4 @@ def _check_segment(field: str, seg: Segment) -> None:
         raise ValueError(f"{field}={seg!r} is not a (kind, seconds) pair; give ('gil' or "
                          "'free', CPU seconds)")
     require_choice(f"{field} kind", seg[0], SEGMENT_KINDS)
-    require_finite(f"{field} seconds", seg[1], 0, MAX_SECONDS)
+    require_finite(f"{field} seconds", seg[1], 0, MAX_CPU_S)

@@ -12,21 +12,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 
-from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.checks import (
+from dpsim.sim.checks import require_bool, require_choice, require_int, require_type
+from dpsim.sim.limits import (
     MAX_COUNT,
+    MAX_STATE_BYTES_PER_PARAM,
     MAX_TOTAL_BYTES,
-    require_bool,
-    require_choice,
-    require_int,
-    require_type,
+    MAX_WORLD_SIZE,
 )
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations")
 STEP_BYTES = 4  # torch.optim.Adam keeps `step` as a float32 tensor per parameter tensor
-MAX_BYTES_PER_PARAM = 1024  # param_bytes, grad_bytes, optimizer_bytes of the ZeRO calculator
 
 
 @dataclass(frozen=True)
@@ -194,7 +191,7 @@ def zero_bytes_per_device(
 
     Stage 1 shards the optimizer state, stage 2 also the gradients, stage 3 also the
     parameters (FSDP's FULL_SHARD). Defaults are mixed-precision Adam (2 + 2 + 12);
-    each of the three is 0..MAX_BYTES_PER_PARAM bytes per parameter.
+    each of the three is 0..MAX_STATE_BYTES_PER_PARAM bytes per parameter.
     """
     require_int("n_params", n_params, 0, MAX_COUNT)
     _check_zero(world_size, stage, param_bytes, grad_bytes, optimizer_bytes)
@@ -206,9 +203,9 @@ def _check_zero(world_size: int, stage: int, param_bytes: int, grad_bytes: int,
     require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     require_int("stage", stage)
     require_choice("stage", stage, ZERO_STAGES)
-    require_int("param_bytes", param_bytes, 0, MAX_BYTES_PER_PARAM)
-    require_int("grad_bytes", grad_bytes, 0, MAX_BYTES_PER_PARAM)
-    require_int("optimizer_bytes", optimizer_bytes, 0, MAX_BYTES_PER_PARAM)
+    require_int("param_bytes", param_bytes, 0, MAX_STATE_BYTES_PER_PARAM)
+    require_int("grad_bytes", grad_bytes, 0, MAX_STATE_BYTES_PER_PARAM)
+    require_int("optimizer_bytes", optimizer_bytes, 0, MAX_STATE_BYTES_PER_PARAM)
 
 
 def _zero_states(n_params: int, n: int, stage: int, param_bytes: int, grad_bytes: int,

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_bool, require_choice, require_int, require_type
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 from dpsim.sim.cost.memory import OPTIMIZERS, STEP_BYTES, ZERO_STAGES, MemoryBreakdown
-from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.checks import MAX_COUNT, require_bool, require_choice, require_int, require_type
+from dpsim.sim.limits import MAX_COUNT, MAX_WORLD_SIZE
 from dpsim.sim.workload import DTYPE_BYTES
 
 POLICIES = ("fp32", "torch_amp", "zero_mixed", "pure_16bit")

@@ -8,12 +8,11 @@ those tensors' moments plus a `step` per tensor, not an even 1/N slice of the st
 
 from __future__ import annotations
 
+from dpsim.sim.checks import require_choice, require_int, require_type
 from dpsim.sim.cost.memory import OPTIMIZERS, STEP_BYTES
-from dpsim.sim.hardware import MAX_WORLD_SIZE
-from dpsim.sim.checks import MAX_COUNT, require_choice, require_int, require_type
+from dpsim.sim.limits import MAX_COUNT, MAX_TENSORS, MAX_WORLD_SIZE
 from dpsim.sim.workload import DTYPE_BYTES
 
-MAX_TENSORS = 1 << 20  # parameter tensors one call partitions
 _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
 
 

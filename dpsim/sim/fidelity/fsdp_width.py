@@ -21,8 +21,8 @@ factor(h) = eff(h) / eff(h_fit) is applied to its other points.
 
 from __future__ import annotations
 
-from dpsim.sim.hardware import Device
 from dpsim.sim.checks import require_finite, require_int, require_type
+from dpsim.sim.hardware import Device
 
 KAPPA_RANGE = (0.0, 200.0)  # searched by bisection; 0 is a flat efficiency
 

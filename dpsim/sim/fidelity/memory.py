@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.sim.cost.memory import zero_bytes_per_device
+from dpsim.sim.limits import GiB
 
 DATA = Path(__file__).with_name("data") / "deepspeed_memory.json"
-GiB = 2**30
 
 # (param_bytes, grad_bytes, optimizer_bytes) on the GPU, per stage and offload
 BYTES = {

@@ -32,19 +32,6 @@ from dpsim.sim.hardware.device import (
     device_for_name,
     get_device,
 )
-from dpsim.sim.hardware.limits import (
-    MAX_CORES,
-    MAX_DEVICES_PER_NODE,
-    MAX_MEMORY_GIB,
-    MAX_NICS_PER_NODE,
-    MAX_NODES,
-    MAX_OVERHEAD_US,
-    MAX_RATE,
-    MAX_WORLD_SIZE,
-    MIN_EFFICIENCY,
-    MIN_RATE,
-    GiB,
-)
 from dpsim.sim.hardware.link import (
     EFA_V1,
     EFA_V2,
@@ -71,6 +58,19 @@ from dpsim.sim.hardware.link import (
     Link,
 )
 from dpsim.sim.hardware.presets import CLUSTERS, SOURCES, get_cluster
+from dpsim.sim.limits import (
+    MAX_CORES,
+    MAX_DEVICES_PER_NODE,
+    MAX_MEMORY_GIB,
+    MAX_NICS_PER_NODE,
+    MAX_NODES,
+    MAX_OVERHEAD_US,
+    MAX_RATE,
+    MAX_WORLD_SIZE,
+    MIN_EFFICIENCY,
+    MIN_RATE,
+    GiB,
+)
 
 __all__ = [
     "A10", "A100_40GB", "A100_80GB", "B200", "CLUSTERS", "DEVICES", "EFA_V1", "EFA_V2",

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from dpsim.sim.hardware.device import Device
-from dpsim.sim.hardware.limits import MAX_DEVICES_PER_NODE, MAX_NICS_PER_NODE, MAX_NODES
-from dpsim.sim.hardware.link import INFINIBAND_NDR, Link
 from dpsim.sim.checks import require_bool, require_int, require_type
+from dpsim.sim.hardware.device import Device
+from dpsim.sim.hardware.link import INFINIBAND_NDR, Link
+from dpsim.sim.limits import MAX_DEVICES_PER_NODE, MAX_NICS_PER_NODE, MAX_NODES
 
 
 @dataclass(frozen=True)

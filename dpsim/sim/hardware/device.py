@@ -11,8 +11,15 @@ import os
 import warnings
 from dataclasses import dataclass, replace
 
+from dpsim.sim.checks import (
+    require_bool,
+    require_choice,
+    require_finite,
+    require_int,
+    require_type,
+)
 from dpsim.sim.hardware.gpu_specs import SPECS, match_name
-from dpsim.sim.hardware.limits import (
+from dpsim.sim.limits import (
     MAX_CORES,
     MAX_MEMORY_GIB,
     MAX_OVERHEAD_US,
@@ -20,13 +27,6 @@ from dpsim.sim.hardware.limits import (
     MIN_EFFICIENCY,
     MIN_RATE,
     GiB,
-)
-from dpsim.sim.checks import (
-    require_bool,
-    require_choice,
-    require_finite,
-    require_int,
-    require_type,
 )
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.sim.hardware.limits import MAX_OVERHEAD_US, MAX_RATE, MIN_RATE
 from dpsim.sim.checks import require_choice, require_finite, require_type
+from dpsim.sim.limits import MAX_OVERHEAD_US, MAX_RATE, MIN_RATE
 
 # What a link is; "generic" means its numbers are already what a collective achieves.
 LINK_KINDS = ("generic", "nvlink", "pcie", "infinity_fabric", "infiniband", "roce", "efa",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dpsim.sim.checks import require_choice
 from dpsim.sim.hardware.cluster import Cluster
 from dpsim.sim.hardware.device import (
     A100_40GB,
@@ -37,7 +38,6 @@ from dpsim.sim.hardware.link import (
     ROCE_200G,
     ROCE_400G,
 )
-from dpsim.sim.checks import require_choice
 
 SOURCES: dict[str, str] = {
     "dgx-a100": "NVIDIA DGX A100 datasheet: 8x A100 80GB, 6 NVSwitches (600 GB/s per GPU), "

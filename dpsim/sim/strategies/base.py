@@ -13,16 +13,15 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.cost.memory import precision_dtype
 from dpsim.sim.hardware import Cluster
+from dpsim.sim.limits import MAX_ALPHA_TERMS, MAX_TRANSFERS
 from dpsim.sim.strategies.inputs import require_make_config, require_split, require_terms
 from dpsim.sim.trace import Trace
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
 from dpsim.sim.workload import Workload
 
 ConfigT = TypeVar("ConfigT")
-MAX_TRANSFERS = 1000.0  # model-sized transfers per step in a crossover formula
-MAX_ALPHA_TERMS = 1 << 30  # latencies per step per extra device
 # ring latencies of one collective per extra device (`collectives.cost`: 2(N-1), (N-1))
 LATENCIES_PER_COLLECTIVE = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
 

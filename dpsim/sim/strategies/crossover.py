@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import math
 
+from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.collectives.group_cost import group_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
-from dpsim.sim.hardware import MAX_NODES, Cluster, Link
-from dpsim.sim.strategies.base import (
-    LATENCIES_PER_COLLECTIVE,
+from dpsim.sim.hardware import Cluster, Link
+from dpsim.sim.limits import (
     MAX_ALPHA_TERMS,
+    MAX_BATCH,
+    MAX_COMPUTE_S,
+    MAX_EXACT_COUNT,
+    MAX_NODES,
     MAX_TRANSFERS,
-    CrossoverTerms,
 )
-from dpsim.sim.strategies.inputs import MAX_BATCH, MAX_COUNT, require_link
-from dpsim.sim.checks import require_finite, require_int
-
-MAX_SECONDS = 1e6  # a compute time in the formula (11.6 days)
+from dpsim.sim.strategies.base import LATENCIES_PER_COLLECTIVE, CrossoverTerms
+from dpsim.sim.strategies.inputs import require_link
 
 
 def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
@@ -42,13 +43,13 @@ def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
     device, shrinking as 1/N, falls to the fixed time of moving k copies of the model.
     ValueError when no N solves it: no latency term and c0 covers the whole transfer.
     """
-    require_finite("c_s", c_s, 0, MAX_SECONDS)
+    require_finite("c_s", c_s, 0, MAX_COMPUTE_S)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
     require_finite("k", k, 0, MAX_TRANSFERS, low_inclusive=False)
-    require_int("model_bytes", model_bytes, 0, MAX_COUNT)
+    require_int("model_bytes", model_bytes, 0, MAX_EXACT_COUNT)
     require_int("alpha_terms", alpha_terms, 0, MAX_ALPHA_TERMS)
     require_link(link)
-    require_finite("c0_s", c0_s, 0, MAX_SECONDS)
+    require_finite("c0_s", c0_s, 0, MAX_COMPUTE_S)
     n_star = solve_crossover(c_s, global_batch, k, model_bytes, alpha_terms, link, c0_s)
     if n_star is not None:
         return n_star
@@ -92,7 +93,7 @@ def _topology_gap_s(c_s: float, global_batch: int, k: float, model_bytes: int,
     shape = group_shape(sized)
     calls = max(1, terms.collectives)
     per_call = LATENCIES_PER_COLLECTIVE[terms.collective]  # model transfers of one call
-    nbytes = min(MAX_COUNT, round(k * model_bytes / (per_call * calls)))
+    nbytes = min(MAX_EXACT_COUNT, round(k * model_bytes / (per_call * calls)))
     comm = calls * group_time_s(terms.collective, nbytes, sized, shape)
     return c0_s + c_s * global_batch / n - comm, group_link(sized, shape)
 

@@ -12,18 +12,16 @@ import math
 from collections.abc import Sequence
 from typing import TypeVar
 
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
 from dpsim.sim.hardware import Cluster, Device, Link
+from dpsim.sim.limits import MAX_BATCH, MAX_WORLD_SIZE
 from dpsim.sim.trace import SimState, Trace
-from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 T = TypeVar("T")
 S = TypeVar("S", bound=SimState)
 
-MAX_BATCH = 1 << 24  # samples in one step (global or per device)
-MAX_DEVICES = 1024 * 4096  # Cluster.with_devices: 1024 per node, 4096 nodes
-MAX_COUNT = 1 << 53  # parameters or bytes in a strategy formula (exact as a float)
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -128,14 +126,14 @@ def require_make_config(batch_per_device: int, global_batch: int, n_devices: int
     """Check the arguments every `Strategy.make_config` takes."""
     require_int("batch_per_device", batch_per_device, 1, MAX_BATCH)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
-    require_int("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("n_devices", n_devices, 1, MAX_WORLD_SIZE)
     require_choice("optimizer", optimizer, OPTIMIZERS)
     require_choice("precision", precision, PRECISIONS)
 
 
 def require_split(n_devices: int, global_batch: int) -> None:
     """Check the arguments every `Strategy.split_batch` takes."""
-    require_int("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("n_devices", n_devices, 1, MAX_WORLD_SIZE)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
+from dpsim.sim.checks import require_bool, require_choice
 from dpsim.sim.cost.memory import PRECISIONS
 from dpsim.sim.strategies.inputs import require_instance
-from dpsim.sim.checks import require_bool, require_choice
 
 # "torch_amp": torch.autocast / FSDP2 MixedPrecisionPolicy (fp32 states, bf16 compute)
 KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), "torch_amp")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpsim.sim.checks import require_bool, require_choice, require_int
+from dpsim.sim.limits import MAX_WORLD_SIZE
 from dpsim.sim.strategies import ddp, dp, fsdp, single
 from dpsim.sim.strategies.base import Placement, Strategy
 from dpsim.sim.strategies.fsdp import hsdp
-from dpsim.sim.strategies.inputs import MAX_DEVICES, require_instance
-from dpsim.sim.checks import require_bool, require_choice, require_int
+from dpsim.sim.strategies.inputs import require_instance
 
 _REGISTRY: dict[str, Strategy[Any]] = {}
 
@@ -43,7 +44,7 @@ def _check_members(strategy: Strategy[Any]) -> None:
                      "a strategies.base.Placement")
     require_bool("strategy.single_node", strategy.single_node)
     if strategy.max_devices is not None:
-        require_int("strategy.max_devices", strategy.max_devices, 1, MAX_DEVICES)
+        require_int("strategy.max_devices", strategy.max_devices, 1, MAX_WORLD_SIZE)
 
 
 def unregister(name: str) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, predict_single
 from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
 from dpsim.sim.hardware import Cluster, Device
+from dpsim.sim.limits import MAX_BATCH
 from dpsim.sim.strategies.base import Placement, StepResult, Strategy
 from dpsim.sim.strategies.inputs import (
-    MAX_BATCH,
     require_cluster,
     require_config,
     require_device,
@@ -21,7 +22,6 @@ from dpsim.sim.strategies.inputs import (
     require_workload,
 )
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 

@@ -23,18 +23,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.sim.strategies.inputs import (
-    MAX_COUNT,
-    require_instance,
-    require_sequence,
-    require_workload,
-    shown,
-)
 from dpsim.sim.checks import require_choice, require_finite, require_int
+from dpsim.sim.limits import MAX_BUCKET_CAP_MB, MAX_EXACT_COUNT
+from dpsim.sim.strategies.inputs import require_instance, require_sequence, require_workload, shown
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 MiB = 1024**2
-MAX_BUCKET_CAP_MB = float(1 << 20)  # 1 TiB
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 DEFAULT_FIRST_BUCKET_CAP_MB = 1.0  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / MiB
 FIRST_ITERATION_CAP_BYTES = sys.maxsize  # torch: compute_bucket_size_limits -> [sys.maxsize]
@@ -63,7 +57,7 @@ class GradTensor:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise ValueError(f"name={self.name!r} is not a string; allowed: a parameter name")
-        require_int("nbytes", self.nbytes, 0, MAX_COUNT)
+        require_int("nbytes", self.nbytes, 0, MAX_EXACT_COUNT)
         require_int("layer", self.layer, 0)
 
 

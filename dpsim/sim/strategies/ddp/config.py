@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS
 from dpsim.sim.cost.memory import OPTIMIZERS
 from dpsim.sim.strategies.ddp.buckets import (
@@ -11,7 +12,6 @@ from dpsim.sim.strategies.ddp.buckets import (
     DEFAULT_FIRST_BUCKET_CAP_MB,
     check_caps,
 )
-from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.workload import DTYPE_BYTES
 
 

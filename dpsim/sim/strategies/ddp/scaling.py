@@ -6,14 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsim.sim.hardware import Cluster
+from dpsim.sim.limits import MAX_WORLD_SIZE
 from dpsim.sim.strategies.base import StepResult
 from dpsim.sim.strategies.ddp.config import DDPConfig
 from dpsim.sim.strategies.ddp.step import buckets_of, simulate, step_result
-from dpsim.sim.strategies.inputs import (
-    MAX_DEVICES,
-    require_cluster,
-    require_ints,
-)
+from dpsim.sim.strategies.inputs import require_cluster, require_ints
 from dpsim.sim.workload import Workload
 
 
@@ -31,7 +28,7 @@ def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = Non
             world_sizes: Sequence[int] = (1, 2, 4, 8)) -> list[ScalingPoint]:
     """Simulate the same per-process batch on `cluster` resized to each world size."""
     require_cluster(cluster)
-    require_ints("world_sizes", world_sizes, 1, MAX_DEVICES)
+    require_ints("world_sizes", world_sizes, 1, MAX_WORLD_SIZE)
     cfg = DDPConfig() if config is None else config  # simulate checks it and the workload
     out = []
     for n in world_sizes:

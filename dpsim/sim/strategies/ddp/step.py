@@ -31,12 +31,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_int
 from dpsim.sim.collectives.cost import collective_time_s, ring_bytes_per_rank_formula
 from dpsim.sim.collectives.group_cost import group_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.memory import checkpointed_activation_bytes, model_state_bytes
 from dpsim.sim.hardware import Cluster, Device, Link
+from dpsim.sim.limits import MAX_EXACT_COUNT
 from dpsim.sim.strategies.base import StepResult
 from dpsim.sim.strategies.ddp.buckets import (
     Bucket,
@@ -47,7 +49,6 @@ from dpsim.sim.strategies.ddp.buckets import (
 )
 from dpsim.sim.strategies.ddp.config import DDPConfig
 from dpsim.sim.strategies.inputs import (
-    MAX_COUNT,
     require_cluster,
     require_config,
     require_device,
@@ -60,7 +61,6 @@ from dpsim.sim.strategies.inputs import (
     shown,
 )
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.checks import require_int
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 
@@ -151,7 +151,7 @@ def _check_simulate(workload: Workload, cluster: Cluster, config: DDPConfig | No
 
 def copy_time_s(nbytes: int, device: Device) -> float:
     """Seconds to copy `nbytes` once in device memory (read + write)."""
-    require_int("nbytes", nbytes, 0, MAX_COUNT)
+    require_int("nbytes", nbytes, 0, MAX_EXACT_COUNT)
     require_device(device)
     return _copy_s(nbytes, device)
 

@@ -5,8 +5,8 @@ eight phases of one step), `result` (its typed state, `step_result`, `summary`),
 `strategy` (DPStrategy for the planner). The names below are the package's public API.
 """
 
+from dpsim.sim.limits import MAX_HOST_US, MAX_OUT_FEATURES
 from dpsim.sim.strategies.dp.closed_form import (
-    MAX_OUT_FEATURES,
     activation_bytes_per_layer,
     bytes_at_loss,
     device0_extra_bytes,
@@ -15,7 +15,7 @@ from dpsim.sim.strategies.dp.closed_form import (
     scatter_sizes,
     with_output_features,
 )
-from dpsim.sim.strategies.dp.config import INPUT_PLACES, MAX_HOST_US, DPConfig
+from dpsim.sim.strategies.dp.config import INPUT_PLACES, DPConfig
 from dpsim.sim.strategies.dp.result import DPState, DPSummary, step_result, summary
 from dpsim.sim.strategies.dp.step import PHASES, simulate
 from dpsim.sim.strategies.dp.strategy import STRATEGY, DPStrategy

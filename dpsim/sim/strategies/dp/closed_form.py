@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dpsim.sim.cost.memory import optimizer_state_bytes
-from dpsim.sim.strategies.dp.config import DPConfig
-from dpsim.sim.strategies.inputs import MAX_BATCH, MAX_DEVICES, require_config, require_workload
 from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim.cost.memory import optimizer_state_bytes
+from dpsim.sim.limits import MAX_BATCH, MAX_OUT_FEATURES, MAX_WORLD_SIZE
+from dpsim.sim.strategies.dp.config import DPConfig
+from dpsim.sim.strategies.inputs import require_config, require_workload
 from dpsim.sim.workload import DTYPE_BYTES, Workload
-
-MAX_OUT_FEATURES = 1 << 32  # a classifier's outputs per sample
 
 
 def with_output_features(workload: Workload, out_features: int) -> Workload:
@@ -38,7 +37,7 @@ def scatter_sizes(batch_size: int, n_devices: int) -> list[int]:
     N chunks: B=10, N=4 -> [3, 3, 3, 1]; B=5, N=4 -> [2, 2, 1]; B=2, N=4 -> [1, 1].
     """
     require_int("batch_size", batch_size, 1, MAX_BATCH)
-    require_int("n_devices", n_devices, 1, MAX_DEVICES)
+    require_int("n_devices", n_devices, 1, MAX_WORLD_SIZE)
     return _chunks(batch_size, n_devices)
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.sim.cost.memory import OPTIMIZERS
 from dpsim.sim.checks import require_choice, require_finite, require_int
+from dpsim.sim.cost.memory import OPTIMIZERS
+from dpsim.sim.limits import MAX_HOST_US
 from dpsim.sim.workload import DTYPE_BYTES
 
 INPUT_PLACES = ("device0", "host")
 # Host costs in microseconds are bounded so that a step simulates in well under a second:
 # the GIL model hands the lock over every 5 ms, so longer Python segments cost more steps.
-MAX_HOST_US = 10_000.0  # 10 ms per operator, module copy or thread start (real: 5-100 us)
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,16 @@ Its config: `dp.config`; the chunks and the bytes each device holds at the loss:
 
 from __future__ import annotations
 
+from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.collectives.group_cost import achieved_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.gil import Segment, schedule
 from dpsim.sim.cost.memory import optimizer_state_bytes
 from dpsim.sim.hardware import PCIE4_X16, Cluster, Device, Link
+from dpsim.sim.limits import MAX_HOST_US
 from dpsim.sim.strategies.dp.closed_form import activation_bytes_per_layer, scatter_sizes
-from dpsim.sim.strategies.dp.config import MAX_HOST_US, DPConfig
+from dpsim.sim.strategies.dp.config import DPConfig
 from dpsim.sim.strategies.dp.result import DPState, DPSummary
 from dpsim.sim.strategies.inputs import (
     require_cluster,
@@ -42,7 +44,6 @@ from dpsim.sim.strategies.inputs import (
     require_workload,
 )
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.workload import DTYPE_BYTES, Layer, Workload
 
 PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",

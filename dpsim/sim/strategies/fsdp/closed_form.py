@@ -6,10 +6,8 @@ against `communication_bytes_per_step`.
 
 from __future__ import annotations
 
-from dpsim.sim.strategies.inputs import MAX_COUNT, MAX_DEVICES
 from dpsim.sim.checks import require_bool, require_int
-
-MAX_BYTES_PER_PARAM = 16  # fp64 complex; fp32 is 4, bf16 2
+from dpsim.sim.limits import MAX_DTYPE_BYTES, MAX_EXACT_COUNT, MAX_WORLD_SIZE
 
 
 def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
@@ -24,10 +22,10 @@ def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
     parameters (2x); stage 0 all-reduces gradients (2x). With a ring each device sends
     (N-1)/N of the volume. 0 for one device.
     """
-    require_int("n_params", n_params, 0, MAX_COUNT)
-    require_int("world_size", world_size, 1, MAX_DEVICES)
+    require_int("n_params", n_params, 0, MAX_EXACT_COUNT)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     require_int("stage", stage, 0, 3)  # one of ZERO_STAGES; refuses True (== 1)
-    require_int("bytes_per_param", bytes_per_param, 1, MAX_BYTES_PER_PARAM)
+    require_int("bytes_per_param", bytes_per_param, 1, MAX_DTYPE_BYTES)
     require_bool("reshard_after_forward", reshard_after_forward)
     if world_size == 1:
         return 0

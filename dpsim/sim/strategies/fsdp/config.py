@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
-from dpsim.sim.checks import require_bool, require_choice, require_int
 
 # torch's mixed precision (FSDP2 MixedPrecisionPolicy(bf16, reduce fp32)): fp32 sharded
 # parameters, gradients and moments; bf16 all-gathers and compute; fp32 reduce-scatter

@@ -27,25 +27,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS, group_time_s, mesh_shapes
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.sim.hardware import Cluster
+from dpsim.sim.limits import MAX_DTYPE_BYTES, MAX_EXACT_COUNT, MAX_WORLD_SIZE
 from dpsim.sim.strategies.base import Placement, StepResult, Strategy
 from dpsim.sim.strategies.fsdp.config import FSDPConfig
 from dpsim.sim.strategies.fsdp.step import FSDPState, FSDPStep
 from dpsim.sim.strategies.inputs import (
-    MAX_COUNT,
-    MAX_DEVICES,
     require_cluster,
     require_config,
     require_state,
     require_workload,
 )
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.checks import require_bool, require_choice, require_int
 from dpsim.sim.workload import Workload
-
-MAX_BYTES_PER_PARAM = 16
 
 
 @dataclass(frozen=True)
@@ -63,7 +60,7 @@ class HSDPConfig:
 
     def __post_init__(self) -> None:
         require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_int("shard_size", self.shard_size, 1, MAX_DEVICES)
+        require_int("shard_size", self.shard_size, 1, MAX_WORLD_SIZE)
         require_choice("precision", self.precision, PRECISIONS)
         require_choice("optimizer", self.optimizer, OPTIMIZERS)
         require_bool("reshard_after_forward", self.reshard_after_forward)
@@ -99,7 +96,7 @@ class HSDPTraffic:
 
 def require_shard_size(shard_size: int, world_size: int) -> int:
     """shard_size must divide world_size; return the number of replicas R."""
-    require_int("world_size", world_size, 1, MAX_DEVICES)
+    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     require_int("shard_size", shard_size, 1, world_size)
     if world_size % shard_size:
         raise ValueError(f"shard_size={shard_size} does not divide world_size={world_size}; "
@@ -115,9 +112,9 @@ def hsdp_traffic(n_params: int, world_size: int, shard_size: int,
     reduce-scatter of the model, each sending (F-1)/F of it; replicas (R = W/F): one
     all-reduce of the 1/F gradient shard, sending 2(R-1)/R of it.
     """
-    require_int("n_params", n_params, 0, MAX_COUNT)
+    require_int("n_params", n_params, 0, MAX_EXACT_COUNT)
     replicas = require_shard_size(shard_size, world_size)
-    require_int("bytes_per_param", bytes_per_param, 1, MAX_BYTES_PER_PARAM)
+    require_int("bytes_per_param", bytes_per_param, 1, MAX_DTYPE_BYTES)
     require_bool("reshard_after_forward", reshard_after_forward)
     model, f = n_params * bytes_per_param, shard_size
     transfers = 3 if reshard_after_forward else 2

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dpsim.sim.checks import require_int
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, Strategy
 from dpsim.sim.strategies.fsdp.config import FSDPConfig
 from dpsim.sim.strategies.fsdp.step import simulate, step_result
 from dpsim.sim.strategies.inputs import require_terms
 from dpsim.sim.trace import Trace
-from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Workload
 
 
