@@ -1,6 +1,6 @@
 """The claims of the myths lab and the checks that judge them from evidence.
 
-Each entry: the claim as it circulates, and a function from the evidence dict (see
+Each entry: the claim as it circulates, and a function from its typed evidence (see
 `dpsim.myths.evidence`) to a list of `Check`s (`dpsim.myths.checks`), each labelled with
 its kind of evidence. Every claim has at least one core check that is not the dpsim
 model; the model's checks are shown as "the model says" and never decide.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from dpsim.myths import published as pub
 from dpsim.myths.checks import (
@@ -24,17 +24,34 @@ from dpsim.myths.checks import (
     below,
     untested,
 )
+from dpsim.myths.evidence import (
+    BatchSplit,
+    DDPRun,
+    DPAdvice,
+    DPDeviceZero,
+    DPMemory,
+    DPThreads,
+    DPUpdate,
+    DPvsDDP,
+    FSDPCost,
+    FSDPShards,
+    GILEvidence,
+    NCCLOneGPU,
+)
 
+if TYPE_CHECKING:
+    from dpsim.labs.ch08_myths.myths_lab import RankFacts, SourceFacts
+
+E = TypeVar("E")  # a claim's piece of evidence
 TOL = 1e-5  # float32 agreement between ranks
 NO_RUN = "the real multi-process run was skipped (Lab(measure=False))"
 
 
-def _ranks(e: dict[str, Any]) -> list[dict[str, Any]]:
-    ranks: list[dict[str, Any]] = e.get("ranks") or []
-    return ranks
+def _ranks(e: DDPRun | DPMemory) -> list[RankFacts]:
+    return e["ranks"] or []
 
 
-def c01(e: dict[str, Any]) -> list[Check]:
+def batch_is_global_in_dp_per_process_in_ddp(e: BatchSplit) -> list[Check]:
     chunks, n = e["dp_chunks"], e["dp_devices"]
     checks = [Check("DP splits its batch: devices get batch / N each",
                     sum(chunks) == e["dp_batch"] and chunks == [e["dp_batch"] // n] * n,
@@ -49,7 +66,7 @@ def c01(e: dict[str, Any]) -> list[Check]:
                   sum(per_rank) == e["ddp_batch_size_arg"] * e["ddp_world_size"])]
 
 
-def c02(e: dict[str, Any]) -> list[Check]:
+def dp_is_one_process_driven_from_gpu0(e: DPThreads) -> list[Check]:
     return [Check("parallel_apply runs one thread per device", bool(e["threads"]), TORCH),
             Check("no second process", not e["multiprocessing"], TORCH),
             Check("outputs are gathered on device_ids[0] by default",
@@ -60,18 +77,17 @@ def c02(e: dict[str, Any]) -> list[Check]:
                   e["main_thread_devices"] == [0] and e["loss_devices"] == [0], MODEL, False)]
 
 
-def c03(e: dict[str, Any]) -> list[Check]:
+def dp_uses_multiprocessing(e: DPThreads) -> list[Check]:
     return [Check("DataParallel uses Python multiprocessing", bool(e["multiprocessing"]),
                   TORCH)]
 
 
-def c04(e: dict[str, Any]) -> list[Check]:
+def dp_gpu0_holds_and_does_more(e: DPDeviceZero) -> list[Check]:
     out = [Check("GPU 0 does more work than the others (reported)", True, PUBLISHED,
                  cite=pub.HF_GPU0_MORE_WORK),
            Check("device 0 alone runs the loss and the optimizer step",
                  e["reenacted_device0_only_kinds"] == ["loss", "optimizer"], REENACTED)]
-    for n_out in (10, 10_000):
-        peaks = e[f"reenacted_{n_out}_outputs_peak_bytes"]
+    for n_out, peaks in e["reenacted_peak_bytes"].items():
         out.append(Check(f"device 0 has the highest peak ({n_out} outputs)",
                          peaks[0] > max(peaks[1:]), REENACTED))
     gpu = e["gpu_peak_bytes"]
@@ -79,16 +95,15 @@ def c04(e: dict[str, Any]) -> list[Check]:
                if gpu else untested("device 0 has the highest peak on real GPUs", MEASURED,
                                     e["gpu_why"]))
     out += [Check("the imbalance grows with the output size",
-                  e["reenacted_10000_outputs_imbalance"] > e["reenacted_10_outputs_imbalance"],
+                  e["reenacted_imbalance"][10_000] > e["reenacted_imbalance"][10],
                   REENACTED, core=False)]
-    for model in ("gpt2-124m", "resnet50"):
-        peak = e[f"{model}_peak_GiB"]
+    for model, peak in e["sim_peak_GiB"].items():
         out.append(Check(f"{model} on 4 A100: device 0 has the highest peak",
                          peak[0] > max(peak[1:]), MODEL, False))
     return out
 
 
-def c05(e: dict[str, Any]) -> list[Check]:
+def dp_updates_on_gpu0_then_copies_weights_out(e: DPUpdate) -> list[Check]:
     return [Check("replicas' gradients are summed onto the source device (Broadcast.backward "
                   "is ReduceAddCoalesced)", bool(e["replicate_backward_reduces"]), TORCH),
             Check("gradients are summed onto device 0", e["reduce_target_device"] == [0],
@@ -103,7 +118,7 @@ def c05(e: dict[str, Any]) -> list[Check]:
                   MODEL, False)]
 
 
-def c06(e: dict[str, Any]) -> list[Check]:
+def ddp_avoids_the_gil(e: GILEvidence) -> list[Check]:
     pids = e["ddp_rank_pids"]
     out = [Check("each DDP rank is its own process (own interpreter, own GIL)",
                  len(set(pids)) == len(pids) > 1) if pids else
@@ -124,7 +139,7 @@ def c06(e: dict[str, Any]) -> list[Check]:
                   e["predicted_threads_speedup_4_small_ops"] < 2, MODEL, False)]
 
 
-def c07(e: dict[str, Any]) -> list[Check]:
+def ddp_exchanges_only_gradients(e: DDPRun) -> list[Check]:
     r = _ranks(e)
     if not r:
         return [untested("ranks equal rank 0 after wrapping", MEASURED, NO_RUN)]
@@ -138,7 +153,7 @@ def c07(e: dict[str, Any]) -> list[Check]:
                   all(sum(x["bucket_numel"]) == x["param_numel_on_rank"] for x in r))]
 
 
-def c08(e: dict[str, Any]) -> list[Check]:
+def ddp_rank0_broadcasts_the_average(e: DDPRun) -> list[Check]:
     r = _ranks(e)
     if not r:
         return [untested("the average needs a broadcast after the all-reduce", MEASURED,
@@ -149,7 +164,7 @@ def c08(e: dict[str, Any]) -> list[Check]:
                   e["ring_sent_bytes"][0] > max(e["ring_sent_bytes"][1:]), MODEL, False)]
 
 
-def c09(e: dict[str, Any]) -> list[Check]:
+def ddp_overlaps_buckets_with_backward(e: DDPRun) -> list[Check]:
     r = _ranks(e)
     if not r:
         return [untested("DDP overlaps buckets with backward", MEASURED, NO_RUN)]
@@ -168,7 +183,7 @@ def c09(e: dict[str, Any]) -> list[Check]:
                   MODEL, False)]
 
 
-def c10(e: dict[str, Any]) -> list[Check]:
+def ddp_slower_than_dp_on_one_node(e: DPvsDDP) -> list[Check]:
     dp, nv, no_nv = pub.HF_DP_S, pub.HF_DDP_NVLINK_S, pub.HF_DDP_NO_NVLINK_S
     return [Check(f"DDP slower than DP on 2 GPUs with NVLink ({nv.value:.0f} s vs "
                   f"{dp.value:.0f} s)", nv.value > dp.value, PUBLISHED, cite=nv.cite),
@@ -185,7 +200,7 @@ def c10(e: dict[str, Any]) -> list[Check]:
                     MODEL, False) for row in e["rows"]]]
 
 
-def c11(e: dict[str, Any]) -> list[Check]:
+def dp_uses_more_memory_than_ddp(e: DPMemory) -> list[Check]:
     r = _ranks(e)
     peaks, gpu = e["reenacted_peak_bytes"], e["gpu_peak_bytes"]
     out = [Check("DP's device 0 peaks above the other devices", peaks[0] > max(peaks[1:]),
@@ -202,7 +217,7 @@ def c11(e: dict[str, Any]) -> list[Check]:
     return out
 
 
-def c12(e: dict[str, Any]) -> list[Check]:
+def ddp_partitions_parameters(e: DDPRun) -> list[Check]:
     r = _ranks(e)
     if not r:
         return [untested("each DDP rank holds fewer parameters than the model", MEASURED,
@@ -211,13 +226,13 @@ def c12(e: dict[str, Any]) -> list[Check]:
                   any(x["param_numel_on_rank"] < e["model_numel"] for x in r))]
 
 
-def c13(e: dict[str, Any]) -> list[Check]:
+def dp_is_a_building_block_of_ddp(e: SourceFacts) -> list[Check]:
     return [Check("DDP subclasses DataParallel", bool(e["ddp_subclasses_dp"]), TORCH),
             Check("DDP calls DataParallel / replicate / parallel_apply",
                   bool(e["ddp_calls_dp_machinery"]), TORCH)]
 
 
-def c14(e: dict[str, Any]) -> list[Check]:
+def fsdp_shards_gathers_and_reduce_scatters(e: FSDPShards) -> list[Check]:
     f = e["fsdp"]
     sim = [Check("all-gathers before forward and backward, reduce-scatters, no all-reduce "
                  "(simulated ZeRO-3)", e["sim_all_gather"] > 0 and e["sim_all_reduce"] == 0,
@@ -232,7 +247,7 @@ def c14(e: dict[str, Any]) -> list[Check]:
             *sim]
 
 
-def c15(e: dict[str, Any]) -> list[Check]:
+def fsdp_trades_communication_for_memory(e: FSDPCost) -> list[Check]:
     f = e["fsdp"]
     dp, z3 = pub.ZERO_DP_TRAFFIC, pub.ZERO_3_TRAFFIC
     out = [Check(f"traffic per step rises: {z3.value:g} vs {dp.value:g} x model size",
@@ -251,7 +266,7 @@ def c15(e: dict[str, Any]) -> list[Check]:
                         f"{e['ddp_GiB'] / e['fsdp_GiB']:.1f}", ratio > 1, MODEL, False)]
 
 
-def c16(e: dict[str, Any]) -> list[Check]:
+def dp_one_line_for_few_gpus_ddp_recommended(e: DPAdvice) -> list[Check]:
     dp, nv = pub.HF_DP_S, pub.HF_DDP_NVLINK_S
     dpe, ddpe = e["dp_efficiency"], e["ddp_efficiency"]
     return [Check("nn.DataParallel(model) is one line that runs", bool(e["one_line_runs"])),
@@ -264,7 +279,7 @@ def c16(e: dict[str, Any]) -> list[Check]:
                   ddpe[2] > dpe[2] and ddpe[3] > dpe[3], MODEL, False)]
 
 
-def c17(e: dict[str, Any]) -> list[Check]:
+def nccl_needs_a_gpu_per_process(e: NCCLOneGPU) -> list[Check]:
     run = e["nccl_run"]
     name = "two NCCL processes on one GPU fail or hang"
     measured = (Check(f"{name} ({run['outcome']})", run["outcome"] in ("failed", "hung"),
@@ -274,7 +289,7 @@ def c17(e: dict[str, Any]) -> list[Check]:
                   PUBLISHED, cite=pub.NCCL_ONE_DEVICE_PER_RANK), measured]
 
 
-def c18(e: dict[str, Any]) -> list[Check]:
+def ddp_accumulates_with_no_sync(e: DDPRun) -> list[Check]:
     r = _ranks(e)
     if not r:
         return [untested("no_sync delays the all-reduce", MEASURED, NO_RUN)]
@@ -288,40 +303,48 @@ def c18(e: dict[str, Any]) -> list[Check]:
 
 
 @dataclass(frozen=True)
-class Claim:
-    """A claim as it circulates and its checks."""
+class Claim(Generic[E]):
+    """A claim as it circulates and its checks, made from its piece of evidence."""
 
     number: int
     text: str
-    checks: Callable[[dict[str, Any]], list[Check]]
+    checks: Callable[[E], list[Check]]
 
 
-CLAIMS: tuple[Claim, ...] = tuple(Claim(n, t, f) for n, t, f in (
+CLAIMS: tuple[Claim[Any], ...] = tuple(Claim(n, t, f) for n, t, f in (
     (1, "DP splits the total batch across GPUs (128 on 4 -> 32 each); DDP's batch_size is per "
-        "GPU, so the global batch is local x world_size", c01),
-    (2, "DP is single-process, multi-threaded; the main process on GPU 0 drives all GPUs", c02),
-    (3, "DP is implemented with Python multiprocessing", c03),
+        "GPU, so the global batch is local x world_size",
+     batch_is_global_in_dp_per_process_in_ddp),
+    (2, "DP is single-process, multi-threaded; the main process on GPU 0 drives all GPUs",
+     dp_is_one_process_driven_from_gpu0),
+    (3, "DP is implemented with Python multiprocessing", dp_uses_multiprocessing),
     (4, "DP: GPU 0 uses more memory and is busier than the others (outputs gathered, loss "
-        "and gradient reduction there)", c04),
+        "and gradient reduction there)", dp_gpu0_holds_and_does_more),
     (5, "DP: gradients are summed on GPU 0, GPU 0 updates the parameters, then the updated "
-        "weights are copied to the other GPUs", c05),
-    (6, "DDP avoids the GIL because each GPU has its own process and interpreter", c06),
+        "weights are copied to the other GPUs", dp_updates_on_gpu0_then_copies_weights_out),
+    (6, "DDP avoids the GIL because each GPU has its own process and interpreter",
+     ddp_avoids_the_gil),
     (7, "DDP exchanges only gradients; each process runs its own optimizer; initial "
-        "parameters are broadcast once from rank 0", c07),
-    (8, "DDP: gradients are averaged and then rank 0 broadcasts them to all processes", c08),
+        "parameters are broadcast once from rank 0", ddp_exchanges_only_gradients),
+    (8, "DDP: gradients are averaged and then rank 0 broadcasts them to all processes",
+     ddp_rank0_broadcasts_the_average),
     (9, "DDP overlaps gradient all-reduce with the backward pass using buckets "
-        "(bucket_cap_mb, default 25)", c09),
+        "(bucket_cap_mb, default 25)", ddp_overlaps_buckets_with_backward),
     (10, "DDP is slower than DP on a single node because of extra communication and data "
-         "splitting", c10),
-    (11, "DP uses more memory than DDP because it replicates the whole model on each GPU", c11),
-    (12, "DDP partitions the model parameters across nodes", c12),
-    (13, "DP is a building block of DDP", c13),
+         "splitting", ddp_slower_than_dp_on_one_node),
+    (11, "DP uses more memory than DDP because it replicates the whole model on each GPU",
+     dp_uses_more_memory_than_ddp),
+    (12, "DDP partitions the model parameters across nodes", ddp_partitions_parameters),
+    (13, "DP is a building block of DDP", dp_is_a_building_block_of_ddp),
     (14, "FSDP shards parameters, gradients and optimizer states; it gathers parameters "
-         "before forward/backward and reduce-scatters gradients", c14),
-    (15, "FSDP greatly reduces memory per GPU at the cost of more communication", c15),
+         "before forward/backward and reduce-scatters gradients",
+     fsdp_shards_gathers_and_reduce_scatters),
+    (15, "FSDP greatly reduces memory per GPU at the cost of more communication",
+     fsdp_trades_communication_for_memory),
     (16, "DP only needs one line and suits 2-4 GPUs; DDP is recommended even on a single node",
-     c16),
+     dp_one_line_for_few_gpus_ddp_recommended),
     (17, "Multiple processes sharing one GPU under NCCL can deadlock; each process needs its "
-         "own GPU", c17),
-    (18, "DDP supports gradient accumulation and delayed all-reduce (no_sync)", c18),
+         "own GPU", nccl_needs_a_gpu_per_process),
+    (18, "DDP supports gradient accumulation and delayed all-reduce (no_sync)",
+     ddp_accumulates_with_no_sync),
 ))

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dpsim.myths.checks import Check
 from dpsim.myths.claims import CLAIMS, Claim
-from dpsim.myths.evidence import Lab, gather
+from dpsim.myths.evidence import Evidence, Lab, gather
 from dpsim.sim.checks import require_choice
 
 PARTLY_UNTESTED = "right, partly untested"
@@ -62,7 +61,7 @@ class Verdict:
 
     number: int
     claim: str
-    evidence: dict[str, Any] = field(repr=False)
+    evidence: Evidence = field(repr=False)
     checks: tuple[Check, ...]
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_no_verdict_rests_on_the_model_alone(verdicts: list[Verdict]) -> None:
         judge([Check("the simulation agrees", True, MODEL)])
 
 
-def _flip(number: int, evidence: dict, edit) -> str:  # type: ignore[no-untyped-def]
+def _flip(number: int, evidence: Any, edit) -> str:  # type: ignore[no-untyped-def]
     e = copy.deepcopy(evidence)
     edit(e)
     return judge(get_claim(number).checks(e))
@@ -186,11 +187,12 @@ def test_catalogue_and_doctor_say_what_the_lab_does_for_claim_17() -> None:
     import torch
 
     from dpsim.course.chapters import plan
-    from dpsim.myths.evidence import gather
+    from dpsim.myths.evidence import GATHER, nccl_one_gpu
 
     row = next(r for r in plan(0, False) if r["notebook"] == "08_myths_lab.ipynb")
     if not torch.cuda.is_available():  # no process is started: the lab says why it cannot
-        run = gather(17, Lab())["nccl_run"]
+        assert GATHER[17] is nccl_one_gpu
+        run = nccl_one_gpu(Lab())["nccl_run"]
         assert run["ran"] is False
         assert "CUDA" in run["detail"]
         assert "claim 17's own run untested here" in row["real here"]

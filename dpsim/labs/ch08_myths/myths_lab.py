@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -31,6 +31,64 @@ from dpsim.runtime.models import build_model
 
 HIDDEN = 1024  # Linear(1024, 1024) layers: 4 MiB of fp32 gradient each
 N_LAYERS = 8  # 8 x 4 MiB = 32 MiB: more than one 25 MiB bucket
+
+
+class FSDPRankFacts(TypedDict):
+    """What one rank kept and did in its FSDP2 step (`fsdp_facts`)."""
+
+    kept_fraction: float  # the largest share of parameters, gradients, optimizer state
+    blocks: list[str]
+    blocks_gathered_twice: bool
+    blocks_reduced_once: bool
+
+
+class RankFacts(TypedDict):
+    """What one rank of `ddp_facts_rank` saw (floats, ints)."""
+
+    rank: int
+    params_before_wrap: float  # sum of the parameters before DDP() (a seed per rank)
+    params_after_wrap: float
+    params_after_step: float
+    grad_vs_mean_max_abs: float  # DDP's gradient against the mean of the local ones
+    grad_vs_local_max_abs: float
+    all_reduce_calls_first_backward: int
+    all_reduce_calls: int  # in the second backward, after DDP rebuilt its buckets
+    bucket_numel: list[int]
+    first_all_reduce_before_backward_end: bool
+    param_numel_on_rank: int
+    samples_per_rank: int
+    no_sync: dict[str, Any]  # `no_sync_demo`'s counts and gradient differences
+    pid: int
+    fsdp: FSDPRankFacts
+
+
+class SourceFacts(TypedDict):
+    """What torch's DataParallel and DDP sources contain (`torch_source_facts`)."""
+
+    parallel_apply_starts_threads: bool
+    dp_uses_multiprocessing: bool
+    dp_forward_replicates_every_call: bool
+    ddp_subclasses_dp: bool
+    ddp_calls_dp_machinery: list[str]  # the calls found, sorted
+    ddp_default_bucket_cap_mb: float
+    dp_output_device_defaults_first: bool
+    replicate_backward_reduces: bool
+    dp_docs_recommend_ddp: bool
+
+
+class GILTimings(TypedDict):
+    """`threads_vs_processes`: one entry per repeat."""
+
+    threads_speedups: list[float]
+    processes_over_threads: list[float]
+
+
+class NCCLRun(TypedDict):
+    """`nccl_two_ranks_one_gpu`: whether it ran, its outcome, and the detail that says why."""
+
+    ran: bool
+    outcome: str  # "ran", "failed", "hung", or "untested"
+    detail: str
 
 
 def _model(seed: int = 0, device: str | None = None) -> nn.Module:
@@ -43,7 +101,7 @@ def _flat(tensors: Any) -> torch.Tensor:
     return torch.cat([t.detach().flatten() for t in tensors])
 
 
-def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> dict[str, Any]:
+def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> RankFacts:
     """Run on each rank inside a process group; return what this rank saw (floats, ints)."""
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -106,7 +164,7 @@ def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> dict[
     }
 
 
-def fsdp_facts(rank: int, world_size: int) -> dict[str, Any]:
+def fsdp_facts(rank: int, world_size: int) -> FSDPRankFacts:
     """Train the residual model with FSDP2 for 2 steps; what this rank kept and did.
 
     kept_fraction: this rank's share of the full parameters, gradients and optimizer
@@ -145,7 +203,7 @@ def predicted_buckets() -> list[int]:
     return [b.nbytes for b in build_buckets(tensors)]
 
 
-def torch_source_facts() -> dict[str, Any]:
+def torch_source_facts() -> SourceFacts:
     """What torch's DataParallel and DDP are made of, read from their source."""
     import torch.nn.parallel._functions as fn_mod
     import torch.nn.parallel.data_parallel as dp_mod
@@ -192,7 +250,7 @@ def torch_bucket_count() -> int:
     return len(indices)
 
 
-def threads_vs_processes(repeats: int = 5, work_s: float = 0.03) -> dict[str, list[float]]:
+def threads_vs_processes(repeats: int = 5, work_s: float = 0.03) -> GILTimings:
     """Pure-Python work, timed `repeats` times: the speed-up of 2 threads over 1, and how
     much faster 2 processes finish the same work than 2 threads (paired by repeat)."""
     from dpsim.labs.ch04_gil.gil_measure import measure_scaling
@@ -233,7 +291,7 @@ def nccl_rank() -> None:
     dist.destroy_process_group()
 
 
-def nccl_two_ranks_one_gpu(timeout_s: float = 60.0) -> dict[str, Any]:
+def nccl_two_ranks_one_gpu(timeout_s: float = 60.0) -> NCCLRun:
     """Two processes as two NCCL ranks on one GPU, one all-reduce, inside a timeout.
 
     outcome: "ran", "failed" (a rank exited with an error) or "hung" (timeout; both are
