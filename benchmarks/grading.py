@@ -38,7 +38,7 @@ def _cpu_s() -> float:
 def one_run(paths: list[Path], isolate: bool) -> dict[str, Any]:
     """Grade the notebooks once (each in its OS box, or not); wall and CPU seconds, load,
     per-notebook seconds."""
-    from dpsim.course.grader import Grader, read_submission
+    from dpsim.course.grading.grade import Grader, read_submission
 
     load_before, cpu_before = os.getloadavg(), _cpu_s()
     started = time.perf_counter()

@@ -78,13 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return lab_main(port=args.port, open_browser=not args.no_browser)
     if args.command == "exercises":
-        from dpsim.course.build import main as exercises_main
+        from dpsim.course.grading.build import main as exercises_main
 
         return exercises_main(args.action, root=args.root)
     if args.command == "grade":
         # nothing the notebooks' folders hold is imported: the current folder leaves sys.path
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
-        from dpsim.course.grader import main as grade_main
+        from dpsim.course.grading.grade import main as grade_main
 
         return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout,
                           out_dir=args.out, output_format=args.format,

@@ -1,8 +1,9 @@
 """What a learner's notebook imports: `from dpsim.grading import check`.
 
-The graded checks live in `dpsim.course.grading`; this module re-exports `check` and, in a
-notebook, starts the sandbox that `check()` runs the learner's functions in, so that its
-start-up (importing torch) overlaps the learner's reading instead of the first check.
+Grading has one home, `dpsim.course.grading` (checking, building exercises/, grading
+notebooks); this module is the learner's face of it: it gives `check` and, in a notebook,
+starts the sandbox that `check()` runs the learner's functions in, so that its start-up
+(importing torch) overlaps the learner's reading instead of the first check.
 """
 
 from dpsim.course.grading.core import check, use_sandbox

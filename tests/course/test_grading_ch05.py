@@ -80,8 +80,8 @@ def sum_only(model, world_size):  # type: ignore[no-untyped-def]
 
 
 # Right answers on real ranks are not launched a second time here: solutions/05_ddp.ipynb's
-# graded cell (`PASS 5.2 (3/3)`, compared by nbval) and tests/course/test_grader.py's variant with
-# an `if not dist.is_initialized(): return` guard (full points) run them.
+# graded cell (`PASS 5.2 (3/3)`, compared by nbval) and tests/course/grading/test_grade.py's
+# variant with an `if not dist.is_initialized(): return` guard (full points) run them.
 @pytest.mark.slow
 def test_5_2_wrong_answer_is_caught_on_real_ranks() -> None:
     result = run_check("5.2", sum_only)

@@ -1,4 +1,14 @@
-"""Graded exercises: `check("N.M", fn)` in a notebook cell prints `PASS N.M (k/k)` or says why not.
+"""Graded exercises, in one home: checking (`check("N.M", fn)` in a notebook cell prints
+`PASS N.M (k/k)` or says why not), building exercises/ from solutions/ (`build`) and grading
+students' notebooks (`grade`, `python -m dpsim grade`).
+
+A notebook imports `check` from `dpsim.grading`, the learner's one-line face of this package
+(it also starts the sandbox early in a notebook). The engine: `registry` (exercises and their
+cases), `core` (running and judging a check), `reply` (what a run gives back to be judged),
+`sandbox` and `sandbox_worker` (the process the learner's function runs in), `plain` and
+`compare` (answers as plain data, compared totally), `ranks` (the one rank harness), and for
+`grade`: `kernel`, `notebook_job`, `box` (the OS sandbox), `processes`, `trusted_copy` and
+`results`.
 
 How a chapter adds exercises
 ----------------------------
@@ -30,7 +40,7 @@ How a chapter adds exercises
    tripwire before the learner's function runs, and calling one fails the case with "this
    exercise asks you to write it yourself, not to call <name>".
 
-   The contract with the sandbox (how a check runs, see `core`, `sandbox`):
+   The contract with the sandbox (how a check runs, see `core`, `sandbox`, `reply`):
 
    - Cases are built in the grader's process; only `args`/`kwargs` (plain data, tensors,
      modules: anything pickle carries) travel to the sandbox. `expected`, `mistakes`,
@@ -57,19 +67,21 @@ How a chapter adds exercises
    `### BEGIN SOLUTION` and `### END SOLUTION` lines, then a graded cell::
 
        # NBVAL_CHECK_OUTPUT
-       from dpsim.course.grading import check
+       from dpsim.grading import check
        check("2.1", shard_sizes)
 
    and run `python -m dpsim notebooks refresh solutions/NN_topic.ipynb` (stores the PASS
    line) and `python -m dpsim exercises build` (writes exercises/NN_topic.ipynb).
-3. In `tests/test_grading_chNN.py`: feed deliberately wrong functions to every check.
+3. In `tests/course/test_grading_chNN.py`: run the right answers and feed deliberately wrong
+   functions to every check (`tests/course/grading/test_grading_seeds.py` also runs every
+   exercise's right answer and named mistakes for hundreds of student seeds).
 
 In a notebook, `check()` runs the learner's function in the sandbox, as the grader does
 (the first check starts the sandbox server, a few seconds; later ones answer in well under a
 second); elsewhere (tests, scripts) it runs in the calling process, or in the sandbox with
-`DPSIM_CHECK_SANDBOX=1`. `python -m dpsim grade` (`dpsim.course.grader`) re-runs the checks
-on the functions it finds in a student's notebook, so nothing printed or patched in the
-notebook counts; README "For instructors" says what it defends against.
+`DPSIM_CHECK_SANDBOX=1`. `python -m dpsim grade` (`grade`) re-runs the checks on the
+functions it finds in a student's notebook, so nothing printed or patched in the notebook
+counts; README "For instructors" says what it defends against.
 """
 
 from dpsim.course.grading.core import (

@@ -19,7 +19,8 @@ from typing import Any
 from dpsim.course.grading.compare import first_difference, hint, preview, same
 from dpsim.course.grading.plain import decode
 from dpsim.course.grading.registry import Case, Exercise, get_exercise, student_seed
-from dpsim.course.grading.sandbox import Reply, shared
+from dpsim.course.grading.reply import CaseCall, Reply
+from dpsim.course.grading.sandbox import Sandbox, shared
 from dpsim.course.grading.sandbox_worker import outcome, tripwires
 
 
@@ -53,7 +54,7 @@ TODO = ("Exercise {id} is not done yet: replace the `raise NotImplementedError` 
         "`{function}` with your code, then run this cell again.")
 
 
-def _in_process(fn: Callable[..., Any], ex: Exercise, cases: list[Case]) -> Any:
+def _in_process(fn: Callable[..., Any], ex: Exercise, cases: list[Case]) -> Reply:
     """Run the cases here (trusted callers: tests, scripts), through the same plain-data
     path as the sandbox, so both judge the same answers."""
     reply = Reply()
@@ -64,11 +65,11 @@ def _in_process(fn: Callable[..., Any], ex: Exercise, cases: list[Case]) -> Any:
     return reply
 
 
-def _calls(cases: list[Case]) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+def _calls(cases: list[Case]) -> list[CaseCall]:
     return [(case.call, tuple(case.args), dict(case.kwargs)) for case in cases]
 
 
-def judge(ex: Exercise, cases: list[Case], reply: Any, timeout_s: float) -> CheckResult:
+def judge(ex: Exercise, cases: list[Case], reply: Reply, timeout_s: float) -> CheckResult:
     """Compare a sandbox reply (plain answers) with the cases' expected values."""
     head = f"Exercise {ex.exercise_id} ({ex.title})"
     total = len(cases)
@@ -108,7 +109,7 @@ def judge(ex: Exercise, cases: list[Case], reply: Any, timeout_s: float) -> Chec
     return CheckResult(ex.exercise_id, passed, total, message, first[1].expected, first[1].label)
 
 
-def _feedback(ex: Exercise, case: Case, answer: Any) -> str:
+def _feedback(ex: Exercise, case: Case, answer: object) -> str:
     """The lines for a wrong answer: where it first differs (a structured answer), the
     answer cut to ~300 characters, and the hint."""
     rel_tol, abs_tol = ex.tolerance(case)
@@ -123,7 +124,7 @@ def _feedback(ex: Exercise, case: Case, answer: Any) -> str:
     return "\n".join(lines)
 
 
-def check_blob(exercise_id: str, blob: bytes, sandbox: Any, seed: int | None = None,
+def check_blob(exercise_id: str, blob: bytes, sandbox: Sandbox, seed: int | None = None,
                timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
     """Check a learner's function given as dill bytes; it is unpickled in the sandbox only.
     GraderError when the cases cannot be built or the sandbox itself fails."""
@@ -138,7 +139,8 @@ def check_blob(exercise_id: str, blob: bytes, sandbox: Any, seed: int | None = N
 
 
 def run_check(exercise_id: str, fn: Callable[..., Any], seed: int | None = None,
-              sandbox: Any = None, timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
+              sandbox: Sandbox | None = None, timeout_s: float = CHECK_TIMEOUT_S
+              ) -> CheckResult:
     """Try `fn` on every case of the exercise; never raises for the learner's mistakes.
 
     `sandbox=None` runs `fn` in this process (tests); a `sandbox.Sandbox` runs it there.

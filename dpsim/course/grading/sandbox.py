@@ -2,7 +2,8 @@
 
 `Sandbox.run(blob, forbidden, calls, timeout_s)` sends the learner's function (dill bytes,
 never unpickled on this side) and each case's harness, args and kwargs to a fresh child
-process and returns one outcome per case, read from a pipe as plain JSON (`plain.decode`).
+process and returns a `reply.Reply`: one outcome per case, read from a pipe as plain JSON
+(`plain.decode`).
 With `os.fork` the children come from a server that has imported torch, dill, the checks and
 `dpsim.runtime.launch` once (a check of a simple exercise answers in well under a second
 after the first); the server never runs learner code itself. Each child starts a new
@@ -28,28 +29,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, cast
 
 from dpsim.course.grading import processes
 from dpsim.course.grading.plain import decode
+from dpsim.course.grading.reply import CaseCall, CaseOutcome, Reply
 
 MAX_LINE_BYTES = 16 * 2**20  # one case's answer as JSON text
 MAX_REPLY_BYTES = 64 * 2**20  # all answers of one request
 START_ALLOWANCE_S = 120.0  # the server importing torch on a busy machine
 _BOOT = ("import sys; sys.path[:0] = [{lib!r}]; "
          "from dpsim.course.grading.sandbox import {entry}; {entry}()")
-
-
-@dataclass
-class Reply:
-    """What came back from one request: outcomes by case index, and how the child ended."""
-
-    outcomes: dict[int, dict[str, Any]] = field(default_factory=dict)
-    load_error: str | None = None  # the learner's function could not be unpickled
-    ended: str = "done"  # done | timeout | exit <status> | oversize | server
-    detail: str = ""
 
 
 def _emit_line(out: IO[bytes], kind: bytes, body: bytes = b"") -> None:
@@ -192,7 +183,7 @@ def _parse(line: bytes, reply: Reply) -> None:
     if isinstance(row.get("load_error"), str):
         reply.load_error = row["load_error"]
     elif type(row.get("i")) is int and row["i"] not in reply.outcomes:
-        reply.outcomes[row["i"]] = row
+        reply.outcomes[row["i"]] = cast(CaseOutcome, row)  # judge trusts no value's type
 
 
 class Sandbox:
@@ -258,8 +249,7 @@ class Sandbox:
             processes.kill_all(proc.pid, self.token)
 
     def run(self, blob: bytes, forbidden: tuple[str, ...] | list[str],
-            calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]], timeout_s: float
-            ) -> Reply:
+            calls: list[CaseCall], timeout_s: float) -> Reply:
         """Run `calls` (harness, args, kwargs) on the function in `blob`; never raises for
         the learner's code. `Reply.ended == "server"` is the grader's own failure."""
         import dill

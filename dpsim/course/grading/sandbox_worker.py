@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dpsim.course.grading.plain import encode, to_plain
+from dpsim.course.grading.reply import CaseOutcome
 
 STUB_WORDS = "write your code"
 
@@ -203,18 +204,18 @@ def outcome(index: int, fn: Any, call: Callable[..., Any] | None, args: tuple[An
         answer = call(fn, *args, **kwargs) if call is not None else fn(*args, **kwargs)
         _watched(tripped)
         if tripped:
-            return encode({"i": index, "forbidden": tripped[0]})
-        return encode({"i": index, "answer": to_plain(answer)})
+            return encode(CaseOutcome(i=index, forbidden=tripped[0]))
+        return encode(CaseOutcome(i=index, answer=to_plain(answer)))
     except BaseException as exc:  # learner code may raise anything, even SystemExit
         _watched(tripped)
         if tripped or isinstance(exc, ForbiddenCall):
-            return encode({"i": index, "forbidden": tripped[0] if tripped else str(exc)})
+            return encode(CaseOutcome(i=index, forbidden=tripped[0] if tripped else str(exc)))
         try:
             text = f"{type(exc).__name__}: {exc}"
         except BaseException:  # an exception whose __str__ raises
             text = type(exc).__name__
-        return encode({"i": index, "error": text[:2000], "where": _where(exc, fn)[:500],
-                       "stub": _raised_by_stub(exc, fn)})
+        return encode(CaseOutcome(i=index, error=text[:2000], where=_where(exc, fn)[:500],
+                                  stub=_raised_by_stub(exc, fn)))
 
 
 def run_request(request: dict[str, Any], emit: Callable[[str], None]) -> None:

@@ -10,10 +10,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from dpsim.course import build as exercises
 from dpsim.course.grading import all_exercises
+from dpsim.course.grading import build as exercises
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 
 

@@ -27,7 +27,7 @@ import pytest
 from dpsim.course.grading import Exercise, all_exercises, get_exercise, student_seed
 from dpsim.course.grading.core import judge
 from dpsim.course.grading.plain import decode, encode, to_plain
-from dpsim.course.grading.sandbox import Reply
+from dpsim.course.grading.reply import Reply
 
 # Each exercise's float tolerance, (rel_tol, abs_tol) over its cases: the least is float32's
 # rounding (compare.FLOAT32_REL_TOL, 1e-6 relative, for any expected float); exact ints.

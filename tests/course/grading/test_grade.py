@@ -2,7 +2,7 @@
 variants earn full points, nothing a notebook starts outlives its grading.
 
 One grading run (module fixture), each notebook in its own OS box, of four students: an
-honest one (alice), one full of in-kernel tricks (tests/course/grading_adversarial/
+honest one (alice), one full of in-kernel tricks (tests/course/grading/adversarial/
 notebooks.py), one attacking the batch (batch_attacks.py) and a second honest one (bob)
 graded after the attacker, whose file the attacker tries to read and spoil."""
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.course import grader
-from dpsim.course.grading import box, compare, results
-from dpsim.course.grading.registry import get_exercise
+from dpsim.course.grading import box, compare, grade, results
+from dpsim.course.grading.grade import collect, report, submission
+from dpsim.course.grading.registry import get_exercise, student_seed
 from dpsim.course.grading.results import ExerciseGrade, NotebookGrade, StudentGrade, score_table
-from tests.course.grading_adversarial import batch_attacks, notebooks
+from tests.course.grading.adversarial import batch_attacks, notebooks
 
 Graded = tuple[dict[str, dict[str, str]], str, Path, dict[str, object]]
 NO_BOX = box.unavailable()
@@ -69,16 +69,16 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
                                   classmate=bob, grader_pid=os.getpid(), installed=installed)
     bob_digest = hashlib.sha256(bob.read_bytes()).hexdigest()
     out = io.StringIO()
-    os.environ[grader.SECRET_VARIABLE] = "test-secret"
+    os.environ[grade.SECRET_VARIABLE] = "test-secret"
     cwd = Path.cwd()
     os.chdir(folder / "grader_cwd")
     try:
         with contextlib.redirect_stdout(out):
-            rc = grader.main([str(p) for p in (alice, tricks, attacks, bob)],
+            rc = grade.main([str(p) for p in (alice, tricks, attacks, bob)],
                              cell_timeout_s=15.0, out_dir=str(out_dir))
     finally:
         os.chdir(cwd)
-        del os.environ[grader.SECRET_VARIABLE]
+        del os.environ[grade.SECRET_VARIABLE]
         changed = [path for path, data in saved.items() if Path(path).read_bytes() != data]
         for path in changed:
             Path(path).write_bytes(saved[path])
@@ -205,7 +205,7 @@ def test_gradescope_counts_each_exercise_once(tmp_path: Path) -> None:
     (tmp_path / "01_broken.ipynb").write_text("{not json")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = grader.main([*map(str, paths), str(tmp_path / "01_broken.ipynb")],
+        rc = grade.main([*map(str, paths), str(tmp_path / "01_broken.ipynb")],
                          out_dir=str(tmp_path / "out"), output_format="gradescope",
                          student="s1", visibility="after_published")
     assert rc == 0, out.getvalue()
@@ -237,11 +237,11 @@ def test_many_students_need_the_sandbox(tmp_path: Path, monkeypatch: pytest.Monk
         (tmp_path / who).mkdir()
         paths.append(tmp_path / who / "01_x.ipynb")
         nbformat.write(new_notebook(), paths[-1])
-    monkeypatch.setattr(grader.box, "unavailable", lambda: "no bubblewrap (test)")
+    monkeypatch.setattr(box, "unavailable", lambda: "no bubblewrap (test)")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert grader.main(list(map(str, paths))) == 2
-        assert grader.main(list(map(str, paths)), output_format="gradescope",
+        assert grade.main(list(map(str, paths))) == 2
+        assert grade.main(list(map(str, paths)), output_format="gradescope",
                            out_dir=str(tmp_path / "o"), isolation=True) == 2
     assert "refusing to grade 2 students" in out.getvalue()
     assert "grades one student's submission" in out.getvalue()
@@ -263,7 +263,7 @@ def test_checks_share_the_notebooks_time(tmp_path: Path) -> None:
     out = io.StringIO()
     started = time.monotonic()
     with contextlib.redirect_stdout(out):
-        rc = grader.main([str(path)], notebook_timeout_s=12.0, isolation=False)
+        rc = grade.main([str(path)], notebook_timeout_s=12.0, isolation=False)
     assert time.monotonic() - started < 60, out.getvalue()
     assert rc == 0
     assert "no OS sandbox" in out.getvalue()
@@ -273,7 +273,7 @@ def test_checks_share_the_notebooks_time(tmp_path: Path) -> None:
 def test_report_names_and_text() -> None:
     assert results.feedback_name("alice/01_x.ipynb") != results.feedback_name("alice_01/x.ipynb")
     assert results.printable("a\x1b[2Jb\rc\nd") == "a?[2Jb?c\nd"
-    assert grader._quoted("x\ny") == "  | x\n  | y"
+    assert report.quoted("x\ny") == "  | x\n  | y"
 
 
 def test_reports_are_read_back(tmp_path: Path) -> None:
@@ -285,25 +285,25 @@ def test_exercises_of_a_notebook() -> None:
     from nbformat.v4 import new_code_cell, new_notebook
 
     nb = new_notebook(cells=[new_code_cell('check("1.3", f)\ncheck("42.1", g)')])
-    assert [e.exercise_id for e in grader.notebook_exercises(Path("x.ipynb"), nb)] == ["1.3"]
-    ids = [e.exercise_id for e in grader.notebook_exercises(Path("01_x.ipynb"), nb)]
+    assert [e.exercise_id for e in submission.notebook_exercises(Path("x.ipynb"), nb)] == ["1.3"]
+    ids = [e.exercise_id for e in submission.notebook_exercises(Path("01_x.ipynb"), nb)]
     assert ids[:3] == ["1.1", "1.2", "1.3"]
-    assert grader.notebook_exercises(Path("notes.ipynb"), new_notebook()) == []
-    ex = grader.get_exercise("1.3")
-    assert grader._candidate_names(ex, nb) == ["f", "largest_batch"]
+    assert submission.notebook_exercises(Path("notes.ipynb"), new_notebook()) == []
+    ex = get_exercise("1.3")
+    assert submission.candidate_names(ex, nb) == ["f", "largest_batch"]
 
 
 def test_student_id_and_dump_parsing() -> None:
     from nbformat.v4 import new_notebook
 
     nb = new_notebook()
-    assert grader.student_id(Path("/s/alice/01_x.ipynb"), nb) == "alice/01_x.ipynb"
+    assert submission.student_id(Path("/s/alice/01_x.ipynb"), nb) == "alice/01_x.ipynb"
     nb.metadata["dpsim"] = {"student": "a123"}
-    assert grader.student_id(Path("/s/alice/01_x.ipynb"), nb) == "a123"
-    assert grader.student_id(Path("x.ipynb"), nb, given="b7") == "b7"
+    assert submission.student_id(Path("/s/alice/01_x.ipynb"), nb) == "a123"
+    assert submission.student_id(Path("x.ipynb"), nb, given="b7") == "b7"
     text = ('M {"f": "AAEC", "g": {"error": "could not be pickled: X"}, "h": "!!"}\n'
             'noise\nM not json\n')
-    found = grader.parse_dump(text, "M ")
+    found = collect.parse_dump(text, "M ")
     assert found["f"] == b"\x00\x01\x02"
     assert found["g"] == "could not be pickled: X"
     assert isinstance(found["h"], str)
@@ -374,7 +374,7 @@ def test_the_notebooks_check_and_the_grader_agree(tmp_path: Path,
     from dpsim.course.grading import core
     from dpsim.course.grading.sandbox import Sandbox
 
-    monkeypatch.delenv(grader.SECRET_VARIABLE, raising=False)
+    monkeypatch.delenv(grade.SECRET_VARIABLE, raising=False)
     space: dict[str, object] = {}
     exec(AGREE_CELL.split('check("1.3"')[0], space)  # the functions, not the checks
     ids = {"1.3": "largest_batch", "3.1": "chunk_sizes", "4.2": "gil_share"}
@@ -383,15 +383,15 @@ def test_the_notebooks_check_and_the_grader_agree(tmp_path: Path,
     for who in students:
         nb = new_notebook(cells=[new_code_cell(AGREE_CELL)], metadata={"dpsim": {"student": who}})
         nbformat.write(nb, tmp_path / f"{who}.ipynb")
-        subs.append(grader.read_submission(tmp_path / f"{who}.ipynb"))
+        subs.append(grade.read_submission(tmp_path / f"{who}.ipynb"))
     with contextlib.redirect_stdout(io.StringIO()), \
-            grader.Grader(isolate=NO_BOX is None) as g:
+            grade.Grader(isolate=NO_BOX is None) as g:
         graded = {s.student: g.grade(s) for s in subs}
     with Sandbox() as sandbox:
         for who in students:
             for eid, name in ids.items():
                 interactive = core.run_check(eid, space[name],  # type: ignore[arg-type]
-                                             seed=grader.student_seed(who), sandbox=sandbox)
+                                             seed=student_seed(who), sandbox=sandbox)
                 batch = graded[who].grades[eid]
                 assert (batch.outcome == "passed") == interactive.ok, (who, eid, batch)
                 assert batch.message == interactive.message, (who, eid)

@@ -115,7 +115,7 @@ def unguarded(exercise_id: str, fn: Callable[..., Any]) -> bool:
     """Whether `fn` earns full marks with no tripwires: what it earned before."""
     from dpsim.course.grading.core import _calls
     from dpsim.course.grading.plain import decode
-    from dpsim.course.grading.sandbox import Reply
+    from dpsim.course.grading.reply import Reply
     from dpsim.course.grading.sandbox_worker import outcome
 
     ex = get_exercise(exercise_id)

@@ -1,0 +1,97 @@
+"""`python -m dpsim grade`'s body (`main`): the limits from the command's arguments, the
+batch policy without the OS sandbox, the batch graded, the table printed, the files written
+and the exit code.
+
+Without bubblewrap (macOS, no namespaces) the notebooks run unboxed, as this user, so the
+grader then grades one student's notebooks only, unless `--no-isolation` is given; a
+Gradescope run (`--format gradescope`) grades one student's submission.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from dpsim.course.grading import box, results
+from dpsim.course.grading.grade.batch import grade_all
+from dpsim.course.grading.grade.report import print_notes, print_table
+from dpsim.course.grading.grade.submission import Submission, read_submission
+from dpsim.course.grading.kernel import Limits
+
+
+def _read_all(paths: list[Path], student: str | None) -> list[Submission]:
+    subs = []
+    for path in paths:
+        try:
+            subs.append(read_submission(path, student))
+        except OSError as exc:
+            print(f"grade: {path}: cannot be read: {exc}")
+    return subs
+
+
+def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: float = 60.0,
+         out_dir: str | None = None, output_format: str = "csv",
+         notebook_timeout_s: float | None = None, memory_gib: float = 8.0,
+         student: str | None = None, isolation: bool = True,
+         visibility: str = "visible") -> int:
+    """Grade each notebook; print the table; write the CSV, the feedback files and, with
+    `output_format="gradescope"`, results.json. 0 if grading ran, 1 if a notebook is
+    missing, 2 if the grader failed on some exercise or refused the batch."""
+    from dpsim.sim.checks import require_choice, require_range
+
+    require_choice("output_format", output_format, ["csv", "gradescope"])
+    require_choice("visibility", visibility, list(results.VISIBILITIES))
+    require_range("cell_timeout_s", cell_timeout_s, 1.0, 86400.0)
+    require_range("memory_gib", memory_gib, 1.0, 4096.0)
+    if notebook_timeout_s is not None:
+        require_range("notebook_timeout_s", notebook_timeout_s, 1.0, 7 * 86400.0)
+    if output_format == "gradescope" and not out_dir:
+        out_dir = "."
+    limits = Limits(cell_timeout_s, notebook_timeout_s or 10 * cell_timeout_s,
+                    int(memory_gib * 2**30))
+    started = time.monotonic()
+    missing = [p for p in notebooks if not Path(p).is_file()]
+    for p in missing:
+        print(f"grade: {p}: no such notebook")
+    subs = _read_all([Path(p) for p in notebooks if p not in missing], student)
+    who = list(dict.fromkeys(s.student for s in subs))
+    if output_format == "gradescope" and len(who) > 1:
+        print(f"grade: --format gradescope grades one student's submission; these notebooks "
+              f"are from {len(who)} students ({', '.join(map(results.printable, who[:5]))})")
+        return 2
+    why = box.unavailable() if isolation else "--no-isolation was given"
+    if why is not None:
+        if isolation and len(who) > 1:
+            print(f"grade: refusing to grade {len(who)} students' notebooks in one batch "
+                  f"without the OS sandbox ({why}): one notebook could change another's "
+                  "grade. Grade each student in a container of its own (README, For "
+                  "instructors), or pass --no-isolation to accept that risk.")
+            return 2
+        print(f"grade: WARNING: no OS sandbox ({why}); the notebooks run as this user")
+    grades, crashed = grade_all(subs, limits, isolate=why is None)
+    students = results.by_student(grades)
+    rows = results.score_table(students)
+    if students:
+        print()
+        print_table(rows)
+        print_notes(students)
+    seconds = time.monotonic() - started
+    problems: list[str] = []
+    if out_dir:
+        folder = Path(out_dir)
+        written, problems = results.write_reports(students, folder, seconds, output_format,
+                                                  visibility)
+        print(f"\nwrote {len(written)} file(s) in {folder}: grades.csv, "
+              f"feedback/ (one file per student)"
+              + (", results.json" if output_format == "gradescope" else ""))
+    if csv_path:
+        problems += filter(None, [results.write_checked(Path(csv_path),
+                                                        results.csv_text(rows))])
+        print(f"\nwrote {csv_path}")
+    for problem in problems:
+        print(f"grade: ERROR: {problem}")
+    print(f"\ngraded {len(grades)} notebook(s) of {len(students)} student(s) in "
+          f"{seconds:.1f} s")
+    if missing:
+        return 1
+    return 2 if crashed or problems or any(s.errors for s in students) else 0
