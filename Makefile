@@ -123,7 +123,7 @@ test-floor:
 	$(FLOOR_VENV)/bin/python -m pytest tests -m "not slow" --ignore=tests/browser -q \
 	  -p no:cacheprovider
 	$(FLOOR_VENV)/bin/python -m pytest tests/labs/test_dp_real.py tests/labs/test_ddp_real.py \
-	  tests/labs/test_fsdp_real.py tests/runtime/test_torchrun.py -q -p no:cacheprovider
+	  tests/runtime/test_fsdp_run.py tests/runtime/test_torchrun.py -q -p no:cacheprovider
 
 test-browser: $(STAMP)
 	bash .ci/install-browser

@@ -12,7 +12,7 @@
    (goal: <= 15 %), in-sample and held out (fitted on every other size, tested on the rest).
 Both are computed from the median of the repeats and from their minimum (less sensitive to
 other programs running on a shared machine). The bandwidth ratio's goal reads the median;
-the model's goal reads the minimum, the statistic `calibrate_links.measure_link` fits
+the model's goal reads the minimum, the statistic `link_calibration.measure_link` fits
 (other programs only ever make a collective slower).
 
 Writes benchmarks/results/collectives.json (every number measured in this one run).
@@ -37,7 +37,7 @@ MiB = 2**20
 
 
 def _held_out_error(sizes: list[int], times: list[float], world_size: int) -> float:
-    from dpsim.labs.ch02_collectives.calibrate_links import fit_alpha_beta
+    from dpsim.runtime.link_calibration import fit_alpha_beta
     from dpsim.sim.collectives.cost import collective_time_s
 
     fit = fit_alpha_beta(sizes[::2], times[::2], world_size)
@@ -51,7 +51,7 @@ def _summary(world_size: int, sizes: list[int], hand: dict[int, float],
     """Ratios at 16/64 MiB and the calibrated model's errors, from one statistic's times."""
     from dataclasses import asdict
 
-    from dpsim.labs.ch02_collectives.calibrate_links import fit_alpha_beta
+    from dpsim.runtime.link_calibration import fit_alpha_beta
 
     torch_times = [ref[s] for s in sizes]
     fit = fit_alpha_beta(sizes, torch_times, world_size, name="gloo on this machine")
@@ -75,7 +75,7 @@ def _summary(world_size: int, sizes: list[int], hand: dict[int, float],
 def samples_rank(rank: int, world_size: int, sizes: list[int], repeats: int
                  ) -> dict[str, dict[int, list[float]]]:
     """On one rank: timed samples per size; sizes up to 1 MiB (cheap, noisier) get 3x more."""
-    from dpsim.labs.ch02_collectives.collective_workers import time_all_reduce_samples
+    from dpsim.runtime.collective_workers import time_all_reduce_samples
 
     impls = ["hand", "torch"]
     small = time_all_reduce_samples(rank, world_size, [s for s in sizes if s <= MiB],
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from dpsim.labs.ch02_collectives.calibrate_links import BENCHMARK_SIZES
+    from dpsim.runtime.link_calibration import BENCHMARK_SIZES
 
     sizes = list(BENCHMARK_SIZES)  # 1 KiB .. 64 MiB, x4
     if args.quick:

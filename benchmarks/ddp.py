@@ -69,13 +69,13 @@ def _configs() -> list[Any]:
 
 def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
     """Calibrate this machine on every rank at once, then time plain DDP steps per config."""
-    from dpsim.labs.ch01_single_device.calibrate import calibrate_device, measure_local_step_s
     from dpsim.labs.ch05_ddp.ddp_recorder import (
         measure_ddp_step_overhead_s,
         measure_link,
         record_rank,
     )
     from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
+    from dpsim.runtime.device_calibration import calibrate_device, measure_local_step_s
 
     link = measure_link()
     device = calibrate_device("cpu")
@@ -93,10 +93,10 @@ def predict_rank(rank: int, world_size: int, cfgs: list[Any]) -> dict[str, Any]:
 def _predictions(cfgs: list[Any], trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per config and trial: measured (fastest and median step of rank 0) and predicted,
     with the roofline-calibrated device and with its compute anchored on the local step."""
-    from dpsim.labs.ch01_single_device.calibrate import scaled_device
     from dpsim.labs.ch05_ddp.ddp_recorder import DDPRecording
     from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
     from dpsim.runtime.capture import workload_from_module
+    from dpsim.runtime.device_calibration import scaled_device
     from dpsim.sim.cost.compute import step_compute_s
     from dpsim.sim.strategies.ddp import buckets_of, step_result
 

@@ -29,7 +29,7 @@ def _collectives(r: dict[str, Any]) -> list[dict[str, Any]]:
     runs = r["runs"]
     ratios = {run["world_size"]: run["median"]["ratio_64MiB"] for run in runs}
     # the model is judged on the fastest of the repeats, the statistic calibration fits
-    # (`calibrate_links.measure_link`): other programs only ever make a collective slower
+    # (`link_calibration.measure_link`): other programs only ever make a collective slower
     errors = {run["world_size"]: run["min"]["model_median_error_held_out"] for run in runs}
     low = min(ratios, key=lambda k: ratios[k])
     high = max(errors, key=lambda k: errors[k])

@@ -38,10 +38,10 @@ def _trial(steps: int) -> dict[str, Any]:
     """One calibration, then one sweep; predicted and measured seconds per batch size."""
     import torch
 
-    from dpsim.labs.ch01_single_device.calibrate import calibrate_device
     from dpsim.labs.ch01_single_device.sweep import batch_sweep
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.data import classification
+    from dpsim.runtime.device_calibration import calibrate_device
     from dpsim.runtime.models import mlp
     from dpsim.sim.cost.compute import optimizer_time_s
     from dpsim.sim.strategies.single import SingleConfig, simulate, step_result

@@ -261,8 +261,9 @@ def fsdp_nccl_world1(ctx: Context, model: str = "mlp", batch: int = 4) -> dict[s
     notebook 06 shows it), parameters equal one process's."""
     import torch
 
-    from dpsim.labs.ch06_fsdp.fsdp_train import IN_FEATURES, fsdp_model, run_fsdp
     from dpsim.runtime.capture import workload_from_module
+    from dpsim.runtime.fsdp_builders import IN_FEATURES, fsdp_model
+    from dpsim.runtime.fsdp_run import run_fsdp
     from dpsim.sim.strategies.fsdp import FSDPConfig, simulate, step_result
 
     workload = workload_from_module(fsdp_model(model), torch.randn(batch, IN_FEATURES))

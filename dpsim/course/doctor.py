@@ -8,7 +8,7 @@ from typing import Any
 
 from dpsim.course import gpu_report
 from dpsim.course.chapters import plan
-from dpsim.labs.ch04_gil.gil_measure import gil_status
+from dpsim.runtime.gil_measure import gil_status
 
 
 def report() -> dict[str, Any]:

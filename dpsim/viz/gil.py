@@ -23,7 +23,7 @@ def gil_timeline(trace: Trace, title: str = "Who holds the GIL", unit: str = "ms
                  max_events: int = 4000) -> go.Figure:
     """One row per thread: intervals holding the GIL, running GIL-free code, or waiting.
 
-    Works for measured traces (labs.ch04_gil.gil_measure.python_timeline) and simulated ones
+    Works for measured traces (runtime.gil_measure.python_timeline) and simulated ones
     (gil.schedule / gil.simulate); the switch interval is marked when the trace has it.
     """
     scale = TIME_UNITS[unit]

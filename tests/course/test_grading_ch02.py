@@ -209,7 +209,7 @@ def library_all_reduce(tensor: torch.Tensor) -> None:
 
 
 def library_ring(tensor: torch.Tensor) -> None:
-    from dpsim.labs.ch02_collectives.collective_workers import ring_all_reduce_
+    from dpsim.runtime.collective_workers import ring_all_reduce_
 
     ring_all_reduce_(tensor)
 
@@ -587,7 +587,7 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_reduce", batched_ring_all_reduce, None),
     ("all_reduce", imported_all_reduce, "the messages you sent beside it"),
     ("all_reduce", library_all_reduce, "you called dist.all_reduce"),
-    ("all_reduce", library_ring, "not to call dpsim.labs.ch02_collectives.collective_workers"),
+    ("all_reduce", library_ring, "not to call dpsim.runtime.collective_workers"),
     ("all_reduce", funcol_all_reduce, "you called dist.all_reduce (or a functional form"),
     ("all_reduce", ring_all_reduce_shifted, "not from the exercise's ring"),
     ("all_reduce", ring_all_reduce_reversed, "yours go the other way"),

@@ -34,7 +34,7 @@ REQUIRES: dict[str, tuple[str, str]] = {
     "FSDP2 on gloo (CPU) trains as one process does, to 1e-5 (chapter 6)": (
         "2.9", "2.6.0: every CPU FSDP2 run fails ('Stream' object has no attribute "
                "'record_event'); 2.7.1 and 2.8.0: runs, but parameters differ from one "
-               "process by up to 2.2e-4 (tests/labs/test_fsdp_real.py); 2.9.1 and 2.10.0: pass"),
+               "process by up to 2.2e-4 (tests/runtime/test_fsdp_run.py); 2.9.1 and 2.10.0: pass"),
     "torch.distributed.device_mesh.init_device_mesh": ("2.6", SEEN),
     # chapter 2's harness wraps their methods (send, recv, allreduce ..., Work.wait)
     "torch.distributed.ProcessGroup": (

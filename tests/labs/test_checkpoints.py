@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dpsim.labs.ch06_fsdp.fsdp_train import fsdp_model, param_shapes
 from dpsim.labs.ch10_failures.checkpoint_ddp import run_checkpoint_ddp
 from dpsim.labs.ch10_failures.collective_timeout import run_hung_collective
 from dpsim.labs.ch10_failures.dcp_reshard import MODEL, predicted_write_bytes, run_reshard
 from dpsim.labs.ch10_failures.hsdp_train import predicted_collective_bytes, run_hsdp
 from dpsim.labs.ch10_failures.join_syncbn import run_join_syncbn
+from dpsim.runtime.fsdp_builders import fsdp_model, param_shapes
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 from tests.support.bad_input import raises_naming, wrong
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from dpsim.labs.ch05_ddp.ddp_options import no_sync_demo
 from dpsim.labs.ch05_ddp.ddp_recorder import (
     RankRecording,
     gradient_ready_order,
@@ -30,6 +29,7 @@ from dpsim.labs.ch05_ddp.ddp_train import (
     train_global_batch,
     train_rank,
 )
+from dpsim.labs.ch08_myths.no_sync import no_sync_demo
 from dpsim.runtime.launch import launch
 from dpsim.sim.strategies.ddp import build_buckets, grad_tensors, step_result
 from dpsim.sim.trace import Trace

@@ -8,9 +8,10 @@ import copy
 import pytest
 import torch
 
-from dpsim.labs.ch03_data_parallel.dp_real import cuda_step, run_step
+from dpsim.labs.ch03_data_parallel.dp_real import run_step
 from dpsim.labs.ch03_data_parallel.dp_reenact import single_device_step
 from dpsim.runtime.data import classification
+from dpsim.runtime.dp_cuda_step import cuda_step
 from dpsim.runtime.models import mlp
 from dpsim.sim.strategies.dp import scatter_sizes
 

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from dpsim.labs.ch01_single_device.calibrate import calibrate_device
 from dpsim.labs.ch01_single_device.train_single import train
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.data import classification
 from dpsim.runtime.device import resolve_device
+from dpsim.runtime.device_calibration import calibrate_device
 from dpsim.runtime.models import mlp
 from dpsim.sim.cost.compute import step_compute_s
 from dpsim.sim.cost.memory import predict_single

@@ -62,7 +62,7 @@ def test_without_a_spare_core_the_all_reduces_wait_for_backward_and_host_work_is
 
 
 def test_a_scaled_device_scales_every_compute_time() -> None:
-    from dpsim.labs.ch01_single_device.calibrate import scaled_device
+    from dpsim.runtime.device_calibration import scaled_device
     from dpsim.sim.cost.compute import step_compute_s
     from dpsim.sim.hardware import cpu_device
     from dpsim.sim.workload import get_workload

@@ -26,7 +26,7 @@ from dpsim.course.exercises import (
 )
 from dpsim.labs.ch05_ddp.ddp_train import DDPRunConfig
 from dpsim.labs.ch05_ddp.ddp_train import build_model as ddp_build_model
-from dpsim.labs.ch06_fsdp.fsdp_train import fsdp_model
+from dpsim.runtime.fsdp_builders import fsdp_model
 from dpsim.runtime.models import MODELS, build_model, describe_models, layer_stack, mlp
 from dpsim.sim.workload import get_workload
 from tests.support.bad_input import raises_naming

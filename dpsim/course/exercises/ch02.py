@@ -170,7 +170,7 @@ def _lengths(items: list[dict[str, Any]]) -> str:
 
 
 @exercise("2.3", function="ring_all_reduce", title="A ring all-reduce over send/recv",
-          points=3, forbidden=("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",))
+          points=3, forbidden=("dpsim.runtime.collective_workers.ring_all_reduce_",))
 def _ring_cases(rng: random.Random) -> Iterator[Case]:
     for n in (3, 2):
         lengths = [n - 1, rng.randint(n + 1, 4 * n), n * rng.randint(2, 3)]
@@ -200,7 +200,7 @@ def _reduce_scatter_ranks_cases(rng: random.Random) -> Iterator[Case]:
 
 
 @exercise("2.6", function="pipelined_ring_all_reduce", title="A pipelined ring all-reduce",
-          points=2, forbidden=("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",))
+          points=2, forbidden=("dpsim.runtime.collective_workers.ring_all_reduce_",))
 def _pipelined_cases(rng: random.Random) -> Iterator[Case]:
     for n in (2, 3):
         items = []

@@ -77,8 +77,8 @@ LAUNCH_TIMEOUT_S = 60.0
 RINGS = ("all_gather", "reduce_scatter", "all_reduce")  # kinds whose chunks are checked
 # dpsim functions that answer an exercise (its `forbidden`): on the ranks, out of the
 # sandbox's reach, a call is recorded among the collectives and does nothing
-FORBIDDEN = {"all_reduce": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",),
-             "pipelined": ("dpsim.labs.ch02_collectives.collective_workers.ring_all_reduce_",)}
+FORBIDDEN = {"all_reduce": ("dpsim.runtime.collective_workers.ring_all_reduce_",),
+             "pipelined": ("dpsim.runtime.collective_workers.ring_all_reduce_",)}
 # what a case compares, per kind: results, untouched inputs, peers of every message, for the
 # rings the first message that carried another chunk than the exercise's schedule sends
 # (`wrong_chunk`), and for the pipelined ring whether a segment went on before its whole

@@ -280,7 +280,7 @@ def _explain_meta(answer: Any) -> str | None:
 
 
 @exercise("9.3", function="materialize", title="Initialise a model built on the meta device",
-          points=2, forbidden=("dpsim.labs.ch06_fsdp.meta_init.materialize",))
+          points=2)
 def _meta_cases(rng: random.Random) -> Iterator[Case]:
     for _ in range(3):
         widths = [rng.randint(2, 6) for _ in range(rng.randint(2, 4))]

@@ -1,3 +1,3 @@
-"""Chapter 3 (notebooks/03_data_parallel.ipynb): DataParallel re-enacted on CPU threads, the
-instrumented real nn.DataParallel, DP vs DDP batch semantics.
+"""Chapter 3 (notebooks/03_data_parallel.ipynb): DataParallel re-enacted on CPU threads, and
+the choice between it and the instrumented real nn.DataParallel (`runtime.dp_cuda_step`).
 """

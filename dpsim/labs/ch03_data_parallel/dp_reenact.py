@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from dpsim.labs.ch03_data_parallel.dp_step import (
+from dpsim.runtime.dp_step import (
     Clock,
     DPStepResult,
     LossFn,

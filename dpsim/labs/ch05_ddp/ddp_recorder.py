@@ -22,9 +22,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dpsim.labs.ch01_single_device.calibrate import calibrate_device
-from dpsim.labs.ch02_collectives.calibrate_links import LINK_SIZES as LINK_SIZES
-from dpsim.labs.ch02_collectives.calibrate_links import measure_link as measure_link
 from dpsim.labs.ch05_ddp.ddp_train import (
     DDPRunConfig,
     bucket_caps_mb,
@@ -36,7 +33,11 @@ from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.ddp_step_recorder import DDPRecorder as DDPRecorder
 from dpsim.runtime.ddp_step_recorder import ObservedBucket as ObservedBucket
 from dpsim.runtime.ddp_step_recorder import step_events as step_events
+from dpsim.runtime.device_calibration import calibrate_device
+from dpsim.runtime.link_calibration import LINK_SIZES as LINK_SIZES
+from dpsim.runtime.link_calibration import measure_link as measure_link
 from dpsim.runtime.optimizers import build_optimizer
+from dpsim.sim.checks import require_int
 from dpsim.sim.cost.compute_contention import comm_overlaps_compute
 from dpsim.sim.hardware import Cluster, Device, Link
 from dpsim.sim.strategies.ddp import (
@@ -48,7 +49,6 @@ from dpsim.sim.strategies.ddp import (
     step_result,
 )
 from dpsim.sim.trace import Event, Trace
-from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Workload
 
 

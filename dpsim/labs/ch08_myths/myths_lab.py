@@ -107,8 +107,8 @@ def ddp_facts_rank(rank: int, world_size: int, batch_per_rank: int = 4) -> RankF
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    from dpsim.labs.ch03_data_parallel.batch_semantics import ddp_batch_worker
-    from dpsim.labs.ch05_ddp.ddp_options import no_sync_demo
+    from dpsim.labs.ch08_myths.ddp_batches import ddp_batch_worker
+    from dpsim.labs.ch08_myths.no_sync import no_sync_demo
 
     torch.set_num_threads(1)
     model = _model(seed=100 + rank)  # a different initialisation on every rank
@@ -172,7 +172,8 @@ def fsdp_facts(rank: int, world_size: int) -> FSDPRankFacts:
     the recorded step, once before their forward and once after it (for backward), and
     reduce-scatter their gradients once.
     """
-    from dpsim.labs.ch06_fsdp.fsdp_train import fsdp_model, fsdp_rank
+    from dpsim.runtime.fsdp_builders import fsdp_model
+    from dpsim.runtime.fsdp_run import fsdp_rank
     from dpsim.sim.trace import Trace
 
     out = fsdp_rank(rank, world_size, ("residual",), steps=2, record=True)["residual"]
@@ -253,7 +254,7 @@ def torch_bucket_count() -> int:
 def threads_vs_processes(repeats: int = 5, work_s: float = 0.03) -> GILTimings:
     """Pure-Python work, timed `repeats` times: the speed-up of 2 threads over 1, and how
     much faster 2 processes finish the same work than 2 threads (paired by repeat)."""
-    from dpsim.labs.ch04_gil.gil_measure import measure_scaling
+    from dpsim.runtime.gil_measure import measure_scaling
 
     threads, ratio = [], []
     for _ in range(repeats):
@@ -269,8 +270,8 @@ def dp_gpu_peaks() -> tuple[list[int] | None, str]:
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n < 2:
         return None, f"needs 2 CUDA GPUs; this machine has {n}"
-    from dpsim.labs.ch03_data_parallel.dp_real import cuda_step
     from dpsim.runtime.data import classification
+    from dpsim.runtime.dp_cuda_step import cuda_step
     from dpsim.runtime.models import mlp
 
     x, y = classification(256, 32, 10_000, seed=0).tensors

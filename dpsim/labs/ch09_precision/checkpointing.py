@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -22,10 +21,10 @@ from torch import nn
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.measure import saved_tensors
 from dpsim.runtime.models import BlockStack
+from dpsim.sim.checks import require_int
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s
 from dpsim.sim.cost.memory import checkpointed_activation_bytes
 from dpsim.sim.hardware import cpu_device
-from dpsim.sim.checks import require_int
 from dpsim.sim.workload import Layer, Workload
 
 
@@ -123,32 +122,3 @@ def measure_checkpointing(batch: int = 32, width: int = 64, hidden: int = 256, d
     return CheckpointResult(batch, plain, work.activation_bytes(batch), kept, recompute,
                             checkpointed_activation_bytes(work, batch), plain_s, ckpt_s,
                             (2 * f + b) / (f + b))
-
-
-def fsdp_checkpoint_rank(rank: int, world_size: int, batch: int = 16, seed: int = 0
-                         ) -> dict[str, Any]:
-    """On each rank: FSDP2 over checkpointed blocks; saved bytes of the local batch,
-    the prediction for it, and the loss with and without checkpointing."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh("cpu", (world_size,))
-    torch.manual_seed(seed)
-    model = BlockStack()
-    x, y = torch.randn(batch * world_size, 64), torch.randint(0, 64, (batch * world_size,))
-    xs, ys = x.chunk(world_size)[rank].clone(), y.chunk(world_size)[rank].clone()
-    work = block_workload(model, xs)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    plain_loss = nn.functional.cross_entropy(model(xs), ys).item()
-    model.checkpointed = True
-    with saved_tensors() as saved:  # every parameter is in a block, so nothing to exclude
-        loss = nn.functional.cross_entropy(model(xs), ys)
-    loss.backward()
-    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()  # type: ignore
-             if p.grad is not None}
-    return {"kept_bytes": saved.nbytes, "loss": loss.item(), "plain_loss": plain_loss,
-            "predicted_kept": checkpointed_activation_bytes(work, batch)
-            - max(lay.activation_bytes for lay in work.layers) * batch,
-            "grad_norm": float(torch.sqrt(sum(g.pow(2).sum() for g in grads.values())))}

@@ -1,32 +1,28 @@
-"""Mixed precision measured: torch.autocast in one process, FSDP2's MixedPrecisionPolicy on ranks.
+"""Mixed precision measured: torch.autocast in one process.
 
 Bytes come from real tensors: parameters, gradients and optimizer state by storage
-(`measure.model_state_breakdown`; FSDP2: the local shards), activations as the bytes
-autograd saves for backward (`measure.saved_tensors`, parameters excluded; under autocast
-the 16-bit copies of the weights that matmuls save count here, as they are not the
-parameters). dpsim's prediction (`precision.policy_model_state_bytes`,
-`precision.fsdp_policy_rank_bytes`) is exact for model states.
+(`measure.model_state_breakdown`), activations as the bytes autograd saves for backward
+(`measure.saved_tensors`, parameters excluded; under autocast the 16-bit copies of the
+weights that matmuls save count here, as they are not the parameters). dpsim's prediction
+(`precision.policy_model_state_bytes`) is exact for model states.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
 
 from dpsim.runtime.measure import model_state_breakdown, saved_tensors
-from dpsim.runtime.models.tiny_transformer import TinyTransformer, tiny_transformer, token_batch
+from dpsim.runtime.models.tiny_transformer import tiny_transformer, token_batch
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.cost.memory import MemoryBreakdown
 from dpsim.sim.cost.precision import (
     LOW_DTYPES,
-    fsdp_policy_rank_bytes,
     policy_model_state_bytes,
     precision_policy,
-    zero_stage_bytes,
 )
-from dpsim.sim.checks import require_choice, require_int
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DEVICES = ("cpu", "cuda")
@@ -98,48 +94,3 @@ def autocast_step(dtype: str = "bf16", device: str = "cpu", steps: int = 2, batc
         policy_model_state_bytes(n, t, precision_policy(name, low)),
         policy_model_state_bytes(n, t, precision_policy("zero_mixed", low)),
         _dtypes(model, opt, logits), losses)
-
-
-def fsdp_mixed_rank(rank: int, world_size: int, steps: int = 2, batch: int = 4,
-                    seed: int = 0) -> dict[str, Any]:
-    """On each rank: FSDP2 with MixedPrecisionPolicy(bf16, reduce fp32); measured shards."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from dpsim.labs.ch06_fsdp.fsdp_train import measure_shards, param_shapes
-
-    mesh = init_device_mesh("cpu", (world_size,))
-    model = tiny_transformer(seed)
-    shapes = param_shapes(model)
-    n_params = sum(p.numel() for p in model.parameters())
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    assert isinstance(model, TinyTransformer)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2, foreach=False)
-    x, y = token_batch(batch * world_size, seed)
-    xs, ys = x.chunk(world_size)[rank].clone(), y.chunk(world_size)[rank].clone()
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        logits = model(xs)
-        loss = nn.functional.cross_entropy(logits, ys)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    policy = precision_policy("torch_amp", "bf16", reduce_dtype="fp32")
-    moments = [v for s in opt.state.values() for k, v in s.items() if k != "step"]
-    p = next(iter(model.parameters()))
-    return {"measured": measure_shards(model, opt, padded=False),
-            "measured_padded": measure_shards(model, opt, padded=True),
-            "predicted": fsdp_policy_rank_bytes(shapes, world_size, rank, policy),
-            "predicted_padded": fsdp_policy_rank_bytes(shapes, world_size, rank, policy,
-                                                       padded=True),
-            "zero_scheme": zero_stage_bytes(n_params, world_size, 3,
-                                            precision_policy("zero_mixed")),
-            "dtypes": {"parameters (sharded)": str(p.dtype),
-                       "gradients (sharded)": str(p.grad.dtype) if p.grad is not None
-                       else "none", "optimizer": str(moments[0].dtype),
-                       "logits (compute)": str(logits.dtype)},
-            "losses": losses}

@@ -22,15 +22,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.labs.ch06_fsdp.fsdp_train import (
+from dpsim.runtime.fsdp_builders import (
     fsdp_model,
     param_shapes,
     shard,
     train_one_process,
     training_batches,
 )
-from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 from dpsim.sim.checks import require_int, require_range
+from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 
 MODEL = "residual"
 # max |resumed FSDP - one process| per parameter element. Ranks sum gradients in a different

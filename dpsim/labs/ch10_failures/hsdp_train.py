@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.labs.ch06_fsdp.fsdp_train import (
+from dpsim.runtime.fsdp_builders import (
     blocks_of,
     fsdp_model,
     param_shapes,
@@ -26,8 +26,8 @@ from dpsim.labs.ch06_fsdp.fsdp_train import (
     train_one_process,
     training_batches,
 )
-from dpsim.sim.cost.fsdp_shards import fsdp_padded_shard_numel, fsdp_rank_bytes
 from dpsim.sim.checks import require_int
+from dpsim.sim.cost.fsdp_shards import fsdp_padded_shard_numel, fsdp_rank_bytes
 
 MODEL = "residual"
 TOLERANCE = 1e-5  # max |HSDP - one process| per element; see dcp_reshard.TOLERANCE

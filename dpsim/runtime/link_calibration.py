@@ -17,10 +17,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dpsim.sim.checks import require_choice, require_int
 from dpsim.sim.collectives.cost import collective_time_s, cost_terms
 from dpsim.sim.collectives.fit import fit_link
 from dpsim.sim.hardware import Link
-from dpsim.sim.checks import require_choice, require_int
 
 KiB, MiB = 1024, 1024**2
 DEFAULT_SIZES = (KiB, 16 * KiB, 256 * KiB, 4 * MiB)  # small: a notebook on 2 cores
@@ -116,7 +116,7 @@ def measure_all_reduce(world_size: int = 4, sizes_bytes: Sequence[int] = DEFAULT
                        backend: str = "auto", timeout_s: float = 300.0
                        ) -> dict[str, dict[int, float]]:
     """Median seconds of one all-reduce per size on `world_size` real ranks, per impl."""
-    from dpsim.labs.ch02_collectives.collective_workers import time_all_reduce
+    from dpsim.runtime.collective_workers import time_all_reduce
     from dpsim.runtime.launch import launch
 
     require_int("world_size", world_size, 2, 64)
@@ -150,7 +150,7 @@ def measure_link(sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 40) -> Link
     """
     import torch.distributed as dist
 
-    from dpsim.labs.ch02_collectives.collective_workers import time_all_reduce_samples
+    from dpsim.runtime.collective_workers import time_all_reduce_samples
 
     n = dist.get_world_size()
     samples = time_all_reduce_samples(dist.get_rank(), n, sizes, repeats, ("torch",))["torch"]

@@ -18,17 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsim.sim.collectives.limits import (
-    MAX_LISTED_RANKS,
-    MAX_NBYTES,
-    MAX_SCHEDULE_RANKS,
-    check_collective,
-    check_link,
-    finite_seconds,
-)
+from dpsim.sim.checks import require_int
+from dpsim.sim.collectives.limits import check_collective, check_link, finite_seconds
 from dpsim.sim.collectives.ring import chunk_sizes
 from dpsim.sim.hardware import Link
-from dpsim.sim.checks import require_int
+from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_SCHEDULE_RANKS
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 

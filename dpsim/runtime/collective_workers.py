@@ -1,8 +1,8 @@
 """Functions that run on real ranks (pass them to `dpsim.runtime.launch.launch`).
 
 Chapter 2 (notebooks/02_collectives.ipynb) writes its own collectives and hand ring in view;
-these are what tests, the grader (which forbids calling `ring_all_reduce_`), the
-calibration and the benchmarks run.
+these are what tests, the grader (which forbids calling `ring_all_reduce_`), the link
+calibration (`link_calibration`, which chapters 2, 5 and 11 use) and the benchmarks run.
 
 * `show_collective`: one collective on small tensors; every rank's tensor before and after.
 * `ring_all_reduce_`: a ring all-reduce written by hand over `isend`/`irecv`, in place.

@@ -19,8 +19,8 @@ import torch
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.device import synchronize
 from dpsim.runtime.machine import gpu_device
-from dpsim.sim.hardware import Device, cpu_device
 from dpsim.sim.checks import require_finite, require_int
+from dpsim.sim.hardware import Device, cpu_device
 
 WARMUP = 3  # untimed calls before the timed repeats (allocator, caches, lazy init)
 ROUNDS = 3  # training steps are timed on this many freshly initialised models

@@ -2,7 +2,8 @@
 
 On CPU the step is re-enacted (trace source "re-enacted"); on CUDA it is measured.
 
-Shared by the CPU re-enactment (`dp_reenact`) and the real `nn.DataParallel` (`dp_real`).
+Shared by chapter 3's CPU re-enactment (`labs.ch03_data_parallel.dp_reenact`) and the real
+`nn.DataParallel` (`dp_cuda_step`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from dpsim.sim.trace import Trace
 from dpsim.sim.checks import require_int
+from dpsim.sim.trace import Trace
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

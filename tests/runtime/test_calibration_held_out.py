@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsim.labs.ch02_collectives.calibrate_links import fit_alpha_beta, held_out_error
+from dpsim.runtime.link_calibration import fit_alpha_beta, held_out_error
 from dpsim.sim.collectives.cost import collective_time_s
 from dpsim.sim.hardware import Link
 
@@ -46,7 +46,7 @@ def test_held_out_bad_input() -> None:
 
 
 def test_step_scale_math() -> None:
-    from dpsim.labs.ch01_single_device.calibrate import step_scale
+    from dpsim.runtime.device_calibration import step_scale
 
     assert step_scale(measured_s=3e-3, overhead_s=1e-3, roofline_s=1e-3) == pytest.approx(0.5)
     assert step_scale(measured_s=1.5e-3, overhead_s=1e-3, roofline_s=1e-3) == pytest.approx(2.0)
@@ -59,7 +59,7 @@ def test_step_scale_math() -> None:
 def test_op_overhead_calibration_restores_the_thread_count() -> None:
     import torch
 
-    from dpsim.labs.ch01_single_device.calibrate import measure_op_overhead_us
+    from dpsim.runtime.device_calibration import measure_op_overhead_us
 
     threads = torch.get_num_threads()
     assert measure_op_overhead_us(torch.device("cpu"), depth=2, repeats=6) > 0
@@ -67,7 +67,7 @@ def test_op_overhead_calibration_restores_the_thread_count() -> None:
 
 
 def test_step_costs_recovers_overhead_factor_and_speed_scale() -> None:
-    from dpsim.labs.ch01_single_device.calibrate import step_costs
+    from dpsim.runtime.device_calibration import step_costs
 
     overhead, roofline = (1e-3, 2e-3), (1e-4, 8e-3)
     measured = tuple(2.0 * o + r / 4.0 for o, r in zip(overhead, roofline, strict=True))

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.sim.trace import Event, Trace
 from dpsim.sim.checks import require_choice, require_int, require_range
+from dpsim.sim.trace import Event, Trace
 
 WORKLOADS = ("python", "matmul", "rnn", "mixed")
 KINDS = ("threads", "processes")

@@ -1,5 +1,5 @@
 """`no_sync` by a small real run on every rank: gradient accumulation without an
-all-reduce per micro-batch (notebooks/08_myths_lab.ipynb's evidence).
+all-reduce per micro-batch (notebooks/08_myths_lab.ipynb's evidence, run by `myths_lab`).
 
 Chapter 5 (notebooks/05_ddp.ipynb) writes its option demonstrations (`no_sync`,
 `find_unused_parameters`, `static_graph`, buffer sync, `gradient_as_bucket_view`) in its

@@ -5,16 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpsim.labs.ch06_fsdp.fsdp_train import (
-    MODELS,
-    TOLERANCE,
-    FSDPRun,
-    check_mesh,
-    fsdp_model,
-    param_shapes,
-    run_fsdp,
-    run_fsdp_models,
-)
+from dpsim.runtime.fsdp_builders import MODELS, TOLERANCE, check_mesh, fsdp_model, param_shapes
+from dpsim.runtime.fsdp_run import FSDPRun, run_fsdp, run_fsdp_models
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
 
 
@@ -103,7 +95,7 @@ def test_fsdp_on_gpus_measures_cuda_memory() -> None:
 
 def test_cuda_sampler_hooks_fire_in_forward_and_backward() -> None:
     """The GPU memory sampler's mechanics, on CPU (memory_allocated reads 0 without CUDA)."""
-    from dpsim.labs.ch06_fsdp.fsdp_train import blocks_of
+    from dpsim.runtime.fsdp_builders import blocks_of
     from dpsim.runtime.fsdp_record import CudaSampler
     from dpsim.sim.trace import Trace
 

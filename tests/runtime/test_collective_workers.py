@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from dpsim.labs.ch02_collectives.calibrate_links import fit_alpha_beta
-from dpsim.labs.ch02_collectives.collective_workers import (
+from dpsim.runtime.collective_workers import (
     SHOWN_COLLECTIVES,
     check_ring_all_reduce,
     ring_all_reduce_,
@@ -17,6 +16,7 @@ from dpsim.labs.ch02_collectives.collective_workers import (
     time_all_reduce,
 )
 from dpsim.runtime.launch import launch
+from dpsim.runtime.link_calibration import fit_alpha_beta
 from dpsim.sim.collectives.cost import collective_time_s
 from dpsim.sim.hardware import Link
 
@@ -131,7 +131,7 @@ def test_fit_bad_input() -> None:
 
 @pytest.mark.slow
 def test_calibrate_times_real_ranks_and_fits() -> None:
-    from dpsim.labs.ch02_collectives.calibrate_links import calibrate
+    from dpsim.runtime.link_calibration import calibrate
 
     cal = calibrate(world_size=2, sizes_bytes=(4096, 1 << 20), repeats=1, backend="gloo")
     assert cal.world_size == 2
