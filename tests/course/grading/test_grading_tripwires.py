@@ -2,9 +2,10 @@
 
 A fresh copy of the reference's module (importlib.reload, spec_from_file_location +
 exec_module, exec of its source) escaped the tripwires on the name and the function object
-and earned full marks in 2.1, 2.2, 6.2, 9.1, 9.3, 10.2 and 10.3; `sandbox_worker.tripwires`
-now watches which code runs, for every exercise. Each answer below is right (it earns full
-marks with the tripwires off) and reaches the reference through a copy.
+and earned full marks in 2.1, 2.2, 6.2, 9.1, 9.3, 10.2 and 10.3 (9.3's reference has since
+left the library); `sandbox_worker.tripwires` now watches which code runs, for every
+exercise. Each answer below is right (it earns full marks with the tripwires off) and reaches
+the reference through a copy.
 
 The checks run in the real sandbox (a reload there changes only the disposable child), and
 in this process for the copies that leave the imported modules alone.
@@ -77,9 +78,6 @@ def learner(exercise_id: str, how: str) -> Callable[..., Any]:
         b = fresh("dpsim.runtime.measure.model_state_breakdown")(model, optimizer)
         return [b.parameters, b.gradients, b.optimizer]
 
-    def materialize_9_3(model: Any) -> Any:
-        return fresh("dpsim.labs.ch06_fsdp.meta_init.materialize")(model)
-
     def reshard_10_2(shards: list[Any], world_size: int) -> list[Any]:
         import torch
 
@@ -103,12 +101,12 @@ def learner(exercise_id: str, how: str) -> Callable[..., Any]:
         return list(sent("all_reduce", nbytes, world_size, algorithm))
 
     answers: dict[str, Callable[..., Any]] = {
-        "2.1": bytes_2_1, "6.2": shard_6_2, "9.1": amp_9_1, "9.3": materialize_9_3,
+        "2.1": bytes_2_1, "6.2": shard_6_2, "9.1": amp_9_1,
         "10.2": reshard_10_2, "10.3": traffic_10_3}
     return answers[exercise_id]
 
 
-EXERCISES = ("2.1", "6.2", "9.1", "9.3", "10.2", "10.3")
+EXERCISES = ("2.1", "6.2", "9.1", "10.2", "10.3")
 
 
 def unguarded(exercise_id: str, fn: Callable[..., Any]) -> bool:
