@@ -1,8 +1,9 @@
 """The wings of dpsim import each other in one direction only (docs/architecture.md).
 
 sim <- runtime <- labs <- myths <- course, and sim <- viz <- widgets: the simulator never
-imports torch or any other wing; `runtime` (infrastructure) never imports a chapter's `labs`;
-`viz` draws numbers it is given and never calls a cost model; nothing below `course` imports it.
+imports torch or any other wing; `runtime` (infrastructure) never imports a chapter's `labs`,
+and no chapter's lab imports another chapter's; `viz` draws numbers it is given and never
+calls a cost model; nothing below `course` imports it.
 Every import is read from the source (function-local imports included), so a lazy
 `import torch` is caught too.
 """
@@ -83,6 +84,38 @@ def test_imports_go_down_the_wings_only(path: Path) -> None:
         if here == "simulator":
             assert top in {"dpsim", "__future__", *SIMULATOR_THIRD_PARTY} or \
                 top in _stdlib(), f"{where}: the simulator uses the standard library and numpy"
+
+
+LAB_FILES = sorted((PACKAGE / "labs").glob("ch*/*.py"))
+
+
+def chapter_lab(module: str) -> str | None:
+    """The chapter lab package of a dotted name ("dpsim.labs.ch05_ddp"), or None."""
+    parts = module.split(".")
+    if parts[:2] == ["dpsim", "labs"] and len(parts) > 2 and parts[2].startswith("ch"):
+        return ".".join(parts[:3])
+    return None
+
+
+def test_chapter_lab_recognises_a_lab() -> None:
+    assert chapter_lab("dpsim.labs.ch05_ddp.ddp_train") == "dpsim.labs.ch05_ddp"
+    assert chapter_lab("dpsim.labs") is None
+    assert chapter_lab("dpsim.runtime.fsdp_run") is None
+    assert LAB_FILES
+
+
+@pytest.mark.parametrize("path", LAB_FILES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_a_lab_imports_no_other_chapters_lab(path: Path) -> None:
+    """A chapter's lab stands alone: it imports its own chapter, `runtime` and `sim` only;
+    what two chapters share lives in `runtime`."""
+    mine = chapter_lab(module_name(path))
+    for module, names, line in imports(path):
+        targets = [module] + ([f"{module}.{n}" for n in names] if module == "dpsim.labs" else [])
+        for target in targets:
+            other = chapter_lab(target)
+            assert other in (None, mine), (
+                f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}, another "
+                f"chapter's lab: move what both chapters use to dpsim/runtime/")
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "viz").glob("*.py")),
