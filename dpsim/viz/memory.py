@@ -33,18 +33,6 @@ def breakdown_bars(columns: Mapping[str, MemoryBreakdown], title: str = "Memory 
                   yaxis_title=unit)
 
 
-def compare_table(predicted: MemoryBreakdown, measured: MemoryBreakdown) -> list[dict[str, object]]:
-    """Rows of category, predicted bytes, measured bytes and relative error (%)."""
-    rows: list[dict[str, object]] = []
-    for cat in (*CATEGORIES, "total"):
-        p = getattr(predicted, cat)
-        m = getattr(measured, cat)
-        err = 0.0 if p == m else (100.0 * (p - m) / m if m else float("inf"))
-        rows.append({"category": cat, "predicted_bytes": p, "measured_bytes": m,
-                     "error_percent": round(err, 2)})
-    return rows
-
-
 def memory_vs_batch(batch_sizes: Sequence[int], predicted: Sequence[MemoryBreakdown],
                     measured: Mapping[int, MemoryBreakdown] | None = None,
                     limit_bytes: int | None = None, title: str = "Memory vs batch size",

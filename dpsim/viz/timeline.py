@@ -13,7 +13,6 @@ import plotly.graph_objects as go
 
 from dpsim.sim.trace import Event, Trace
 from dpsim.viz.style import (
-    BYTE_UNITS,
     TIME_UNITS,
     color_for,
     finish,
@@ -134,18 +133,3 @@ def _places(events: Sequence[Event], row_of: Mapping[int, str]) -> dict[int, tup
         width = 0.8 / (max(lanes.values(), default=0) + 1)
         out.update({i: (width, -0.4 + lane * width) for i, lane in lanes.items()})
     return out
-
-
-def memory_over_time(trace: Trace, device: int = 0, title: str = "Memory over the step",
-                     unit: str = "MiB") -> go.Figure:
-    """Stacked step lines of bytes per category on one device."""
-    scale = BYTE_UNITS[unit]
-    timeline_points = trace.memory_timeline(device)
-    cats = sorted({c for _, d in timeline_points for c in d})
-    fig = go.Figure()
-    times = [t * 1e3 for t, _ in timeline_points]
-    for cat in cats:
-        fig.add_scatter(x=times, y=[d.get(cat, 0) / scale for _, d in timeline_points],
-                        name=cat, stackgroup="one", line={"shape": "hv", "color": color_for(cat)})
-    return finish(fig, f"{title} ({trace.source}, device {device})", xaxis_title="ms",
-                  yaxis_title=unit)

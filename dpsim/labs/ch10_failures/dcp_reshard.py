@@ -214,16 +214,3 @@ def run_reshard(ckpt_dir: str, save_world_size: int = 4, load_world_sizes: tuple
     return ReshardRun(save_world_size, [files[n]["file"] for n in names],
                       [files[n]["tensor"] for n in names], [files[n]["items"] for n in names],
                       [s["predicted"] for s in saved], diffs, losses, exported)
-
-
-def inference_max_diff(path: str, reference: dict[str, torch.Tensor], seed: int = 0,
-                       n: int = 8) -> float:
-    """Load an exported full state dict into a plain (unsharded) model and return the largest
-    |logit difference| against a model holding `reference` parameters, on `n` inputs."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    exported, ref = fsdp_model(MODEL, seed), fsdp_model(MODEL, seed)
-    exported.load_state_dict(state)
-    ref.load_state_dict(reference)
-    x, _ = training_batches(1, n, seed + 99)
-    with torch.no_grad():
-        return float((exported(x) - ref(x)).abs().max())
