@@ -214,8 +214,7 @@ def perturbations(arg: Arg) -> list[tuple[str, Any, bool]]:
 
 @cache
 def _presets() -> dict[str, tuple[Any, ...]]:
-    from dpsim.sim.hardware import get_cluster, get_device
-    from dpsim.sim.workload import transformer
+    from dpsim.sim import get_cluster, get_device, transformer
 
     tiny = transformer("tiny", 2, 64, 4, 32, 128)  # a 2-layer transformer: a call takes ms
     node, ib4 = get_cluster("h100-node"), get_cluster("h100-ib-4")
@@ -246,10 +245,10 @@ BUILDERS: dict[type, Callable[[], tuple[Any, ...]]] = {}  # filled by api_surfac
 @cache
 def traces() -> tuple[Any, ...]:
     """One simulated trace per registered strategy (its own config's defaults)."""
-    from dpsim.sim.strategies.registry import get_strategy, names
+    from dpsim.sim import get_strategy, strategy_names
 
     out = []
-    for name in names():
+    for name in strategy_names():
         strategy = get_strategy(name)
         config = objects_of(strategy.config_type)
         workload, cluster = _presets()["Workload"][0], _presets()["Cluster"][0]
@@ -259,19 +258,19 @@ def traces() -> tuple[Any, ...]:
 
 
 def _strategies() -> tuple[str, ...]:
-    from dpsim.sim.strategies.registry import names
+    from dpsim.sim import strategy_names
 
-    return names()
+    return strategy_names()
 
 
 def _models() -> tuple[str, ...]:
-    from dpsim.sim.workload import PRESETS
+    from dpsim.sim import PRESETS
 
     return PRESETS
 
 
 def _dtypes() -> tuple[str, ...]:
-    from dpsim.sim.workload import DTYPE_BYTES
+    from dpsim.sim import DTYPE_BYTES
 
     return tuple(DTYPE_BYTES)
 
@@ -297,6 +296,12 @@ def _trace_dict() -> tuple[Any, ...]:
 EXTRA_CHOICES: dict[str, Callable[[], tuple[str, ...]]] = {
     "dtype": _dtypes, "strategy": _strategies, "model": _models,
 }
+def _configs() -> tuple[Any, ...]:
+    from dpsim.sim import DDPConfig, DPConfig, FSDPConfig, GILConfig, HSDPConfig, SingleConfig
+
+    return (DDPConfig(), DPConfig(), FSDPConfig(), HSDPConfig(), SingleConfig(), GILConfig())
+
+
 # Structured data by parameter name: one valid value each.
 DATA: dict[str, Callable[[], tuple[Any, ...]]] = {
     "threads": lambda: ([[("gil", 1e-3), ("free", 1e-3)]] * 2,),
@@ -305,4 +310,10 @@ DATA: dict[str, Callable[[], tuple[Any, ...]]] = {
     "summary": _dp_summary,
     "data": _trace_dict,
     "curve": _curve,
+    # the face's simulate: any strategy's config, on a cluster (a device for SingleConfig)
+    "hardware": lambda: (objects_of_name("Cluster"), objects_of_name("Device")),
+    "config": _configs,
+    "memory_bytes": lambda: (80 * 2**30,),
+    "sizes_bytes": lambda: ([2**10, 2**20, 2**24],),
+    "times_s": lambda: ([2e-5, 1e-4, 1e-3],),
 }

@@ -1,35 +1,31 @@
-"""The public API's boundary, found by walking the package, and one valid call of each entry.
+"""The public API's boundary, read from the simulator's face, and one valid call of each entry.
 
 The boundary (where input enters, so where a bad value must get a ValueError naming it):
 
-1. every name of `dpsim.sim` that a notebook or solution imports (read from their cells);
-2. every dataclass of `dpsim.sim` that checks itself (`__post_init__`): configs, hardware,
-   workload, trace records, and their public methods (called on a fresh valid instance);
-3. every public function of the planner;
-4. every public function, class and method of `dpsim.widgets`, except builders of
-   ipywidgets controls (their return hint is an ipywidgets type);
-5. every registered strategy's `simulate` and `step_result`, through the registry.
+1. every function and every self-checking class (`__post_init__`: configs, hardware,
+   workload, trace records) that `dpsim.sim.__all__` names, with the classes' public
+   methods (called on a fresh valid instance); a config class's calls also run its
+   strategy's simulation (`then`);
+2. every public function, class and method of `dpsim.widgets`, except builders of
+   ipywidgets controls (their return hint is an ipywidgets type).
 
-Left out by rule: `dpsim.sim.fidelity` (the validation harness over shipped data, run by
-`python -m dpsim validate`) and the strategy classes themselves (reached through the
-registry). Modules are found with pkgutil, so a renamed or split module needs no edit here.
+Left out by rule (`LEFT_OUT`): the face's modules (`fidelity`, the validation harness over
+shipped data, run by `python -m dpsim validate`; `link_constants`, data) and the `require_*`
+checks the face lends the other wings (each names the field its caller gives it).
 
 Arguments come from signatures and type hints (`benchmarks.api_args`). The valid base call
 is searched for: every argument starts at its first candidate (its default when it has
 one) and, while the call raises a ValueError naming an argument, that argument moves on to
-its next candidate. A config class's calls also run its strategy's simulation (`then`).
-`SKIPPED` and `ERRORS_AS_TEXT` are all that is listed by hand.
+its next candidate. `SKIPPED` and `ERRORS_AS_TEXT` are all that is listed by hand.
 """
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import functools
 import importlib
 import inspect
-import json
 import pkgutil
 import re
 import typing
@@ -43,17 +39,21 @@ from benchmarks.api_args import Arg, derive_arg, empty
 from benchmarks.api_harness import call_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK_DIRS = ("notebooks", "solutions")
 REPAIRS = 24  # calls tried while searching for a valid base call
 BASE_SECONDS = 30.0  # time bound of one try (the first call imports and fills caches)
-LEFT_OUT = {"dpsim.sim.fidelity": "the validation harness over the shipped dataset; run by "
-                                  "python -m dpsim validate and tests/sim/test_fidelity*.py"}
+LEFT_OUT = {"fidelity": "the validation harness over the shipped dataset; run by python -m "
+                        "dpsim validate and tests/sim/test_fidelity*.py",
+            "link_constants": "the collective model's constants: data, not a function",
+            "require_": "the checks the face lends other wings: each names the field its "
+                        "caller passes"}
 # Boundary names (by qualified name, wherever their module lives) not fuzzed, and why.
 SKIPPED: dict[str, str] = {
     "dp_explorer": "builds ipywidgets controls; its explore and render functions are fuzzed",
     "own_workload": "runs a learner's torch module; the simulator's fuzz starts no torch model",
     "model_choices": "lists the dashboard's model names; render and curve take the choice",
     "check_model": "the check StrategyExplorer.render runs first; fuzzed through it",
+    "held_out_summary": "summarises the validation harness's own rows (shipped_rows); the "
+                        "harness over the shipped dataset is left out",
 }
 # A returned first line with this prefix reports a ValueError (a dashboard shows its errors).
 ERRORS_AS_TEXT = {"StrategyExplorer.render": "cannot simulate this setting: "}
@@ -88,8 +88,7 @@ def _modules(package: str) -> Iterator[Any]:
     root = importlib.import_module(package)
     yield root
     for info in pkgutil.walk_packages(root.__path__, package + "."):
-        if not any(info.name.startswith(p) for p in LEFT_OUT):
-            yield importlib.import_module(info.name)
+        yield importlib.import_module(info.name)
 
 
 def _defined(module: Any) -> Iterator[tuple[str, Any]]:
@@ -97,28 +96,6 @@ def _defined(module: Any) -> Iterator[tuple[str, Any]]:
         if (not name.startswith("_") and getattr(obj, "__module__", None) == module.__name__
                 and (inspect.isfunction(obj) or inspect.isclass(obj))):
             yield name, obj
-
-
-def _notebook_imports() -> set[tuple[str, str]]:
-    """(module, name) of every `from dpsim.sim... import name` in notebooks and solutions."""
-    found = set()
-    for folder in NOTEBOOK_DIRS:
-        for path in sorted((ROOT / folder).glob("*.ipynb")):
-            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-            for cell in cells:
-                if cell["cell_type"] != "code":
-                    continue
-                lines = "".join(cell["source"]).splitlines()
-                source = "\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!")))
-                try:
-                    tree = ast.parse(source)
-                except SyntaxError:
-                    continue
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                            "dpsim.sim"):
-                        found |= {(node.module or "", a.name) for a in node.names}
-    return found
 
 
 def _is_strategy(cls: type) -> bool:
@@ -141,21 +118,17 @@ def _builds_widgets(fn: Any) -> bool:
 
 @functools.cache
 def boundary(widgets: bool = True) -> dict[str, Any]:
-    """Every boundary name ("module.qualname") -> its function or class, in walk order
-    (the simulator's, then the widgets' unless `widgets` is False)."""
+    """Every boundary name ("dpsim.sim.plan", "dpsim.widgets.x.f") -> its function or class:
+    the face's `__all__` in its order, then the widgets' unless `widgets` is False."""
+    import dpsim.sim as face
+
     out: dict[str, Any] = {}
-    imported = _notebook_imports()
-    for module in _modules("dpsim.sim"):
-        planner = module.__name__.rsplit(".", 1)[-1] == "planner"
-        for name, obj in _defined(module):
-            if (module.__name__, name) in imported or (planner and inspect.isfunction(obj)) or (
-                    inspect.isclass(obj) and _checks_itself(obj) and not _is_strategy(obj)):
-                out[f"{module.__name__}.{name}"] = obj
-    for module_name, name in sorted(imported):  # re-exported names: where they are defined
-        if not any(module_name.startswith(p) for p in LEFT_OUT):
-            obj = getattr(importlib.import_module(module_name), name)
-            if inspect.isfunction(obj) or inspect.isclass(obj):
-                out.setdefault(f"{obj.__module__}.{obj.__qualname__}", obj)
+    for name in face.__all__:
+        obj = getattr(face, name)
+        if any(name.startswith(p) for p in LEFT_OUT):
+            continue
+        if inspect.isfunction(obj) or (inspect.isclass(obj) and _checks_itself(obj)):
+            out[f"dpsim.sim.{name}"] = obj
     for module in _modules("dpsim.widgets") if widgets else ():
         out |= {f"{module.__name__}.{name}": obj for name, obj in _defined(module)
                 if not _is_record(obj)}
@@ -165,8 +138,6 @@ def boundary(widgets: bool = True) -> dict[str, Any]:
 def _skip_reason(qualname: str, obj: Any) -> str | None:
     if qualname in SKIPPED:
         return SKIPPED[qualname]
-    if inspect.isclass(obj) and _is_strategy(obj):
-        return "a strategy: its simulate and step_result are fuzzed through the registry"
     if inspect.isfunction(obj) and _builds_widgets(obj):
         return "builds ipywidgets controls; its explore/render functions are fuzzed"
     return None
@@ -252,9 +223,9 @@ def _run(fn: Callable[..., Any], kwargs: dict[str, Any],
 
 def _simulation_of(cls: type) -> Callable[[Any], Any] | None:
     """For a strategy's config class: the simulation and step result of a config."""
-    from dpsim.sim.strategies.registry import get_strategy, names
+    from dpsim.sim import get_strategy, strategy_names
 
-    for name in names():
+    for name in strategy_names():
         strategy = get_strategy(name)
         if strategy.config_type is cls:
             def then(config: Any, s: Any = strategy) -> Any:
@@ -304,19 +275,6 @@ def _class_entries(name: str, cls: type) -> list[EntryPoint]:
     return out
 
 
-def _registry_entries() -> list[EntryPoint]:
-    from dpsim.sim.strategies.registry import get_strategy, names
-
-    out = []
-    for name in names():
-        strategy = get_strategy(name)
-        for member in ("simulate", "step_result"):
-            fn = getattr(strategy, member)
-            out.append(_entry(f"registry[{name!r}].{member}", fn, type(strategy).__module__,
-                              fn, f"{type(strategy).__qualname__}.{member}"))
-    return out
-
-
 @functools.cache
 def entry_points(widgets: bool = True) -> tuple[EntryPoint, ...]:
     """Every boundary entry point with its derived valid call, in walk order (the widgets'
@@ -332,7 +290,7 @@ def entry_points(widgets: bool = True) -> tuple[EntryPoint, ...]:
             out += _class_entries(name, obj)
         else:
             out.append(_entry(name, obj, obj.__module__, obj, obj.__qualname__))
-    return tuple(out + _registry_entries())
+    return tuple(out)
 
 
 @functools.cache

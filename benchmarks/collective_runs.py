@@ -19,7 +19,7 @@ MEDIAN_GOAL, EVERY_POINT_GOAL = 0.15, 0.30  # the issue's collective goals, on u
 
 def main(argv: list[str]) -> int:
     """Leave each run out, predict it, write the results file; return 0."""
-    from dpsim.sim.fidelity.leave_run_out import evaluate
+    from dpsim.sim import fidelity
 
     result = {"benchmark": "collective_runs",
               "device": "this machine's CPU (the model is evaluated, nothing is timed)",
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
                             "the fit; the constants are fitted on every point of the other "
                             "runs; error = predicted / published - 1 at every size of it",
               "median_goal": MEDIAN_GOAL, "every_point_goal": EVERY_POINT_GOAL,
-              **evaluate()}
+              **fidelity.leave_run_out.evaluate()}
     stamp(result, "collective_runs")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "collective_runs.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -38,7 +38,7 @@ MiB = 2**20
 
 def _held_out_error(sizes: list[int], times: list[float], world_size: int) -> float:
     from dpsim.runtime.link_calibration import fit_alpha_beta
-    from dpsim.sim.collectives.cost import collective_time_s
+    from dpsim.sim import collective_time_s
 
     fit = fit_alpha_beta(sizes[::2], times[::2], world_size)
     errors = [abs(collective_time_s("all_reduce", s, world_size, fit.link) - t) / t

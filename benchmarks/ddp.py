@@ -97,8 +97,7 @@ def _predictions(cfgs: list[Any], trials: list[dict[str, Any]]) -> list[dict[str
     from dpsim.labs.ch05_ddp.ddp_train import build_dataset, build_model
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.device_calibration import scaled_device
-    from dpsim.sim.cost.compute import step_compute_s
-    from dpsim.sim.strategies.ddp import buckets_of, step_result
+    from dpsim.sim import buckets_of, step_compute_s, step_result
 
     rows = []
     for i, cfg in enumerate(cfgs):

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dpsim.sim.fidelity.goals import goal
-from dpsim.sim.fidelity.goals import goals as fidelity_goals
+from dpsim.sim import fidelity
+
+goal, fidelity_goals = fidelity.goal, fidelity.goals
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

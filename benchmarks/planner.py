@@ -51,9 +51,7 @@ def _fresh_render(args: tuple[Any, ...]) -> None:
 
 def main() -> None:
     """Run the benchmark and write the results file."""
-    from dpsim.sim.hardware import CLUSTERS
-    from dpsim.sim.planner import plan
-    from dpsim.sim.workload import transformer
+    from dpsim.sim import CLUSTERS, plan, transformer
     from dpsim.widgets.strategy_dashboard import StrategyExplorer
 
     cluster = CLUSTERS["h100-ib-128"]

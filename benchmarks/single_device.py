@@ -43,8 +43,7 @@ def _trial(steps: int) -> dict[str, Any]:
     from dpsim.runtime.data import classification
     from dpsim.runtime.device_calibration import calibrate_device
     from dpsim.runtime.models import mlp
-    from dpsim.sim.cost.compute import optimizer_time_s
-    from dpsim.sim.strategies.single import SingleConfig, simulate, step_result
+    from dpsim.sim import SingleConfig, optimizer_time_s, simulate, step_result
 
     dataset = classification(n_samples=4096, n_features=32, n_classes=10, seed=0)
     device = calibrate_device("cpu")

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dpsim.sim.hardware import Cluster, Device
+    from dpsim.sim import Cluster, Device
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_GOAL = 0.05  # chapter 1: |predicted - measured| / measured
@@ -88,7 +88,7 @@ def check(observed: Any, expected: Any, met: bool | None) -> dict[str, Any]:
 
 def one_device(preset: Device) -> Cluster:
     """A one-device cluster of the preset (a link is never used with one device)."""
-    from dpsim.sim.hardware import NVLINK4, Cluster
+    from dpsim.sim import NVLINK4, Cluster
 
     return Cluster(f"one {preset.name}", preset, 1, 1, NVLINK4)
 
@@ -121,7 +121,7 @@ def machine(gpu: bool) -> dict[str, Any]:
 def device_slug(cuda_name: str | None) -> str:
     """The results file's device name: the preset's family ("NVIDIA H100 80GB HBM3" -> "h100",
     "NVIDIA H200" -> "h200"), else the CUDA name made safe; None (no GPU) -> "dry_run"."""
-    from dpsim.sim.hardware.gpu_specs import match_name
+    from dpsim.sim import match_name
 
     if cuda_name is None:
         return "dry_run"
@@ -139,7 +139,7 @@ def chapter1_memory(ctx: Context) -> dict[str, Any]:
 
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.models import mlp
-    from dpsim.sim.cost.memory import predict_single
+    from dpsim.sim import predict_single
 
     batch = 64
     predicted = predict_single(workload_from_module(mlp(), torch.randn(batch, 32)), batch).total
@@ -162,8 +162,7 @@ def gpt2_step(ctx: Context, batch: int = 8, steps: int = 6) -> dict[str, Any]:
     import torch
 
     from dpsim.runtime.models.gpt2 import gpt2_small
-    from dpsim.sim.strategies.single import SingleConfig, simulate, step_result
-    from dpsim.sim.workload import get_workload
+    from dpsim.sim import SingleConfig, get_workload, simulate, step_result
 
     cfg = SingleConfig(batch_size=batch, dtype="bf16", mixed_precision=True)
     predicted = step_result(simulate(get_workload("gpt2-124m"), ctx.preset, cfg)).step_s
@@ -264,7 +263,7 @@ def fsdp_nccl_world1(ctx: Context, model: str = "mlp", batch: int = 4) -> dict[s
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.fsdp_builders import IN_FEATURES, fsdp_model
     from dpsim.runtime.fsdp_run import run_fsdp
-    from dpsim.sim.strategies.fsdp import FSDPConfig, simulate, step_result
+    from dpsim.sim import FSDPConfig, simulate, step_result
 
     workload = workload_from_module(fsdp_model(model), torch.randn(batch, IN_FEATURES))
     predicted_peak = step_result(simulate(workload, one_device(ctx.preset),
@@ -311,7 +310,7 @@ def dataparallel_one_gpu(ctx: Context, batch: int = 64) -> dict[str, Any]:
 
     from dpsim.runtime.capture import workload_from_module
     from dpsim.runtime.models import mlp
-    from dpsim.sim.strategies.dp import DPConfig, simulate, step_result
+    from dpsim.sim import DPConfig, simulate, step_result
 
     workload = workload_from_module(mlp(32, 256, 3, 10, seed=0), torch.randn(batch, 32))
     predicted = step_result(simulate(workload, one_device(ctx.preset),
@@ -347,7 +346,7 @@ def fp16_grad_scaler(ctx: Context, steps: int = 8) -> dict[str, Any]:
 
     from dpsim.labs.ch09_precision.precision_measure import autocast_step
     from dpsim.runtime.models.tiny_transformer import tiny_transformer, token_batch
-    from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
+    from dpsim.sim import policy_model_state_bytes, precision_policy
 
     model = tiny_transformer(0)
     n, t = sum(p.numel() for p in model.parameters()), len(list(model.parameters()))
@@ -498,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.dry_run:
-        from dpsim.sim.hardware import get_device
+        from dpsim.sim import get_device
 
         ctx = Context(get_device(args.preset), gpu=False)
         print(f"record_gpu: dry run, wrote {record(args.out, ctx)}")

@@ -14,8 +14,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpsim.sim.hardware import DEVICES
-from dpsim.sim.limits import GiB
+from dpsim.sim import DEVICES, GiB
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # terminal escape codes, removed before parsing
 NVLINK = re.compile(r"^NV\d+$")  # "NV12": 12 NVLinks between the two GPUs (nvidia-smi topo)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 START_NOTEBOOK = "notebooks/00_start_here.ipynb"
 TOKEN_ENV = "DPSIM_LAB_TOKEN"  # a token of your choosing; else one is generated

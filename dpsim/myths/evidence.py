@@ -15,13 +15,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
 
-from dpsim.sim.collectives.cost import bytes_sent_per_rank
-from dpsim.sim.cost.memory import model_state_bytes, zero_bytes_per_device
-from dpsim.sim.hardware import CLUSTERS, Cluster
-from dpsim.sim.planner import plan
-from dpsim.sim.strategies import dp, fsdp
-from dpsim.sim.trace import Trace
-from dpsim.sim.workload import Workload, get_workload
+from dpsim.sim import (
+    CLUSTERS,
+    Cluster,
+    DPConfig,
+    FSDPConfig,
+    Trace,
+    Workload,
+    bytes_sent_per_rank,
+    communication_bytes_per_step,
+    dp_summary,
+    get_workload,
+    model_state_bytes,
+    plan,
+    simulate,
+    step_result,
+    zero_bytes_per_device,
+)
 
 if TYPE_CHECKING:
     from dpsim.labs.ch08_myths.myths_lab import GILTimings, NCCLRun, RankFacts, SourceFacts
@@ -256,8 +266,8 @@ class Lab:
                  ) -> Trace:
         """A simulated DataParallel step."""
         key = f"dp:{model}:{cluster.name}:{n}:{batch}"
-        tr: Trace = self._once(key, lambda: dp.simulate(self.workload(model), cluster,
-                                                         dp.DPConfig(n_devices=n,
+        tr: Trace = self._once(key, lambda: simulate(self.workload(model), cluster,
+                                                         DPConfig(n_devices=n,
                                                                      batch_size=batch)))
         return tr
 
@@ -317,9 +327,9 @@ def dp_device_zero(lab: Lab) -> DPDeviceZero:
             "reenacted_peak_bytes": peaks,
             "reenacted_imbalance": {n: p[0] / max(p[1:]) for n, p in peaks.items()},
             "gpu_peak_bytes": gpu_peak_bytes, "gpu_why": gpu_why,
-            "sim_peak_GiB": {m: [b / 1024**3 for b in dp.step_result(tr).peak_bytes]
+            "sim_peak_GiB": {m: [b / 1024**3 for b in step_result(tr).peak_bytes]
                              for m, tr in traces.items()},
-            "sim_imbalance": {m: dp.summary(tr).imbalance for m, tr in traces.items()}}
+            "sim_imbalance": {m: dp_summary(tr).imbalance for m, tr in traces.items()}}
 
 
 def dp_update(lab: Lab) -> DPUpdate:
@@ -327,7 +337,7 @@ def dp_update(lab: Lab) -> DPUpdate:
     re_tr = lab.reenacted(10).trace
     opt_start = min(e.start_s for e in re_tr.events if e.kind == "optimizer")
     tr = lab.dp_trace("resnet50")
-    phases = dp.summary(tr).phases
+    phases = dp_summary(tr).phases
     return {"phases_ms": {k: [1e3 * v[0], 1e3 * v[1]] for k, v in phases.items()},
             "replicate_backward_reduces": lab.source()["replicate_backward_reduces"],
             "reduce_target_device": sorted({e.device for e in re_tr.events
@@ -343,7 +353,7 @@ def dp_update(lab: Lab) -> DPUpdate:
 
 def gil_evidence(lab: Lab) -> GILEvidence:
     """DDP ranks' process ids; threads vs processes timed with repeats; the GIL model."""
-    from dpsim.sim.cost.gil import GILConfig, predict_speedup, simulate
+    from dpsim.sim import GILConfig, predict_speedup, simulate_gil
 
     ranks = lab.ranks()
     gil = lab.gil()
@@ -357,7 +367,7 @@ def gil_evidence(lab: Lab) -> GILEvidence:
             "threads_speedup_2": median(gil["threads_speedups"]),
             "processes_speedup_2": median([t * r for t, r in zip(
                 gil["threads_speedups"], gil["processes_over_threads"], strict=True)]),
-            "simulated_threads_speedup_2_python": simulate(GILConfig(2, 0.05, 1.0)).speedup,
+            "simulated_threads_speedup_2_python": simulate_gil(GILConfig(2, 0.05, 1.0)).speedup,
             "predicted_threads_speedup_4_small_ops": predict_speedup(0.9, 4),
             "predicted_threads_speedup_4_big_matmuls": predict_speedup(0.05, 4)}
 
@@ -420,7 +430,7 @@ def dp_memory(lab: Lab) -> DPMemory:
 
 def fsdp_shards(lab: Lab) -> FSDPShards:
     """The measured FSDP2 step; the simulated ZeRO-3 step's collectives beside it."""
-    tr = fsdp.simulate(lab.workload("gpt2-124m"), NODE, fsdp.FSDPConfig(batch_size=4, stage=3))
+    tr = simulate(lab.workload("gpt2-124m"), NODE, FSDPConfig(batch_size=4, stage=3))
     return {"fsdp": lab.fsdp(),
             "sim_all_gather": sum(1 for e in tr.events if e.kind == "all_gather"),
             "sim_all_reduce": sum(1 for e in tr.events if e.kind == "all_reduce")}
@@ -432,8 +442,8 @@ def fsdp_cost(lab: Lab) -> FSDPCost:
     return {"fsdp": lab.fsdp(),
             "ddp_GiB": zero_bytes_per_device(w.n_params, 8, 0).model_states / 1024**3,
             "fsdp_GiB": zero_bytes_per_device(w.n_params, 8, 3).model_states / 1024**3,
-            "ddp_traffic_GB": fsdp.communication_bytes_per_step(w.n_params, 8, 0) / 1e9,
-            "fsdp_traffic_GB": fsdp.communication_bytes_per_step(w.n_params, 8, 3) / 1e9}
+            "ddp_traffic_GB": communication_bytes_per_step(w.n_params, 8, 0) / 1e9,
+            "fsdp_traffic_GB": communication_bytes_per_step(w.n_params, 8, 3) / 1e9}
 
 
 def dp_advice(lab: Lab) -> DPAdvice:
@@ -469,7 +479,7 @@ GATHER: dict[int, Callable[[Lab], Evidence]] = {
 
 def gather(number: int, lab: Lab) -> Evidence:
     """The evidence for claim `number` (1..18)."""
-    from dpsim.sim.checks import require_choice
+    from dpsim.sim import require_choice
 
     require_choice("number", number, GATHER)
     return GATHER[number](lab)

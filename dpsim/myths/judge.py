@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from dpsim.myths.checks import Check
 from dpsim.myths.claims import CLAIMS, Claim
 from dpsim.myths.evidence import Evidence, Lab, gather
-from dpsim.sim.checks import require_choice
+from dpsim.sim import require_choice
 
 PARTLY_UNTESTED = "right, partly untested"
 VERDICTS = ("right", PARTLY_UNTESTED, "wrong", "half right", "inconclusive here",

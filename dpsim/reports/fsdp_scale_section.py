@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpsim.sim.fidelity import fsdp_scale
+from dpsim.sim import fidelity
 
 NAME = "fsdp_zero3_throughput_at_scale"
 SENSITIVITY_NIC = 0.5  # the networks are partly assumed: also evaluated at half their rate
@@ -34,9 +34,10 @@ NOT_COVERED = [
 def build() -> dict[str, Any]:
     """Evaluate the family, again with every NIC at half its rate, and with KAPPA fitted
     on each of OTHER_WIDTH_TRAINING; its entry."""
-    others = [fsdp_scale.evaluate(width_train_on=t) for t in OTHER_WIDTH_TRAINING]
-    return family(fsdp_scale.evaluate(), fsdp_scale.evaluate(nic_scale=SENSITIVITY_NIC),
-                  others, fsdp_scale.evaluate(nic_scale=FASTER_NIC))
+    evaluate = fidelity.fsdp_scale.evaluate
+    others = [evaluate(width_train_on=t) for t in OTHER_WIDTH_TRAINING]
+    return family(evaluate(), evaluate(nic_scale=SENSITIVITY_NIC), others,
+                  evaluate(nic_scale=FASTER_NIC))
 
 
 def family(ev: dict[str, Any], slower: dict[str, Any] | None = None,
@@ -49,10 +50,10 @@ def family(ev: dict[str, Any], slower: dict[str, Any] | None = None,
     held = [r for r in ev["rows"] if r["held_out"]]
     worst = max(held, key=lambda r: abs(r["error"]))
     return {
-        "goal": f"every held-out point within {fsdp_scale.GOAL_EVERY:.0%} (decided by the "
+        "goal": f"every held-out point within {fidelity.fsdp_scale.GOAL_EVERY:.0%} (decided by the "
                 "worst point; the median stands beside it)",
         "value": {"median": ev["median"], "worst": ev["worst"]},
-        "goal_met": ev["worst"] <= fsdp_scale.GOAL_EVERY,
+        "goal_met": ev["worst"] <= fidelity.fsdp_scale.GOAL_EVERY,
         "decided_by": "worst",
         "median": ev["median"], "worst": ev["worst"], "worst_case": worst,
         "median_by_kind": ev["median_by_kind"],

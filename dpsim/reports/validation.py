@@ -13,23 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsim.reports import constants_block, fsdp_scale_section, resnet_scaling_section
-from dpsim.sim.collectives.link_constants import (
-    ACHIEVED_FRACTION,
-    BASE_LATENCY_US,
-    FILL_BYTES,
-    FILL_US,
-    HOP_LATENCY_US,
-    HW_LATENCY_US,
-    LAUNCH_US,
-    LINK_FRACTION,
-    LL_NETWORK_GBPS,
-    NET_OVERHEAD_US,
-    NVLS_FRACTIONS,
-    PROTOCOL_BANDWIDTH,
-)
-from dpsim.sim.fidelity import collectives, ddp, memory, resnet_scaling, zero_paper
-from dpsim.sim.fidelity.collective_misses import MODEL_NOTE, WHY_DEFAULT, WHY_RUN
-from dpsim.sim.fidelity.goals import RESNET_EVERY, ZERO_PAPER_EVERY, goals
+from dpsim.sim import fidelity, link_constants
 
 GOALS = {"collective_median": 0.15, "collective_worst": 0.30, "memory_worst": 0.01,
          "ddp_worst": 0.15}
@@ -55,7 +39,7 @@ NOT_COVERED = [
 
 def shipped_matches_fit(fitted: dict[str, Any]) -> bool:
     """Whether the constants dpsim ships are the ones this fit finds (to 1e-9)."""
-    shipped = collectives.DEFAULT_PARAMS
+    shipped = fidelity.collectives.DEFAULT_PARAMS
     tables = {"link_fractions": shipped.link_fractions, "ll_network_GBps": shipped.ll_network_GBps,
               "nvls_fractions": shipped.nvls_fractions, "hop_latency_us": shipped.hop_us,
               "fill_us": shipped.fill_us, "fill_bytes": shipped.fill_bytes}
@@ -67,13 +51,13 @@ def shipped_matches_fit(fitted: dict[str, Any]) -> bool:
 
 def run() -> dict[str, Any]:
     """Evaluate every family; the results dictionary (also what the JSON file holds)."""
-    coll = collectives.evaluate()
-    mem = memory.evaluate()
-    dd = ddp.evaluate()
+    coll = fidelity.collectives.evaluate()
+    mem = fidelity.memory.evaluate()
+    dd = fidelity.ddp.evaluate()
     worst_coll = max((r for r in coll["rows"] if r["held_out"]), key=lambda r: abs(r["error"]))
     worst_mem = max(mem["rows"], key=lambda r: abs(r["error"]))
     runs = {r["id"]: {"source": r["source"], "config": r["config"]}
-            for r in collectives.load_runs()}
+            for r in fidelity.collectives.load_runs()}
     results: dict[str, Any] = {
         "device": "this machine's CPU (the model is evaluated, nothing is timed)",
         "families": {
@@ -89,7 +73,7 @@ def run() -> dict[str, Any]:
                 "fit_residual_worst": coll["fit_residual_worst"],
                 "by_family": coll["families"],
                 "fitted_on": "even positions of each run (sizes alternate); odd ones held out",
-                "model": MODEL_NOTE,
+                "model": fidelity.MODEL_NOTE,
                 "fitted": coll["fitted"],
                 "shipped_constants_match_fit": shipped_matches_fit(coll["fitted"]),
                 "n_points": coll["n_points"], "n_held_out": coll["n_held_out"],
@@ -118,8 +102,8 @@ def run() -> dict[str, Any]:
 
 def scaling_and_zero_families() -> dict[str, Any]:
     """NVIDIA's ResNet-50 scaling tables and the ZeRO paper's tables (goal per family)."""
-    return {"nvidia_resnet50_scaling": resnet_scaling.family(RESNET_EVERY),
-            "zero_paper_tables": zero_paper.family(ZERO_PAPER_EVERY)}
+    return {"nvidia_resnet50_scaling": fidelity.resnet_scaling.family(fidelity.RESNET_EVERY),
+            "zero_paper_tables": fidelity.zero_paper.family(fidelity.ZERO_PAPER_EVERY)}
 
 
 FIGURE_FROM_BYTES = 1024  # smaller messages are in the table; the figure shows 8 decades
@@ -128,7 +112,7 @@ FIGURE_FROM_BYTES = 1024  # smaller messages are in the table; the figure shows 
 def figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Published times (markers) and the model (lines) per run, as a plotly figure dict
     (`rows`: `results["families"]["nccl_tests_time"]["rows"]` or
-    `collectives.shipped_rows()`)."""
+    `fidelity.collectives.shipped_rows()`)."""
     data: list[dict[str, Any]] = []
     for run in dict.fromkeys(r["run"] for r in rows):
         mine = [r for r in rows if r["run"] == run]
@@ -158,20 +142,22 @@ def _source(src: dict[str, Any]) -> str:
 
 def _constants() -> list[str]:
     out = ["| constant | value | source |", "|---|---|---|"]
+    lc = link_constants
     tables: list[tuple[str, dict[Any, Any]]] = [
-        ("achieved fraction, kind", ACHIEVED_FRACTION), ("achieved fraction", LINK_FRACTION),
-        ("LL rate across nodes (GB/s per node)", LL_NETWORK_GBPS),
-        ("NVLS fraction", NVLS_FRACTIONS),
-        ("network latency per step (us)", HOP_LATENCY_US),
-        ("fill term, its limit (us)", FILL_US), ("fill term, half-way size (bytes)", FILL_BYTES),
-        ("protocol bandwidth / Simple's", PROTOCOL_BANDWIDTH),
-        ("NCCL base latency (us)", BASE_LATENCY_US),
-        ("NCCL hop latency (us)", HW_LATENCY_US),
-        ("NCCL net overhead (us)", {"per step": NET_OVERHEAD_US})]
+        ("achieved fraction, kind", lc.ACHIEVED_FRACTION), ("achieved fraction", lc.LINK_FRACTION),
+        ("LL rate across nodes (GB/s per node)", lc.LL_NETWORK_GBPS),
+        ("NVLS fraction", lc.NVLS_FRACTIONS),
+        ("network latency per step (us)", lc.HOP_LATENCY_US),
+        ("fill term, its limit (us)", lc.FILL_US),
+        ("fill term, half-way size (bytes)", lc.FILL_BYTES),
+        ("protocol bandwidth / Simple's", lc.PROTOCOL_BANDWIDTH),
+        ("NCCL base latency (us)", lc.BASE_LATENCY_US),
+        ("NCCL hop latency (us)", lc.HW_LATENCY_US),
+        ("NCCL net overhead (us)", {"per step": lc.NET_OVERHEAD_US})]
     for label, table in tables:
         out += [f"| {label}, {k if isinstance(k, str) else ' / '.join(k)} | {c.value:.4g} | "
                 f"{c.source} |" for k, c in table.items()]
-    return [*out, f"| launch latency (us) | {LAUNCH_US.value} | {LAUNCH_US.source} |"]
+    return [*out, f"| launch latency (us) | {lc.LAUNCH_US.value} | {lc.LAUNCH_US.source} |"]
 
 
 def _families(coll: dict[str, Any]) -> list[str]:
@@ -190,7 +176,8 @@ def _worst(coll: dict[str, Any], n: int = 12) -> list[str]:
     out = ["| run | bytes | published us | dpsim us | error | dpsim's pair | why |",
            "|---|---|---|---|---|---|---|"]
     out += [f"| {r['run']} | {r['nbytes']} | {r['published_us']} | {r['predicted_us']} | "
-            f"{_pct(r['error'])} | {r['algorithm']} | {WHY_RUN.get(r['run'], WHY_DEFAULT)} |"
+            f"{_pct(r['error'])} | {r['algorithm']} | "
+            f"{fidelity.WHY_RUN.get(r['run'], fidelity.WHY_DEFAULT)} |"
             for r in held[:n]]
     return out
 
@@ -217,7 +204,7 @@ def markdown(results: dict[str, Any]) -> str:
            fsdp_scale_section.summary_row(results["families"][fsdp_scale_section.NAME]), "",
            f"Fit residual (training half, not a prediction error): median "
            f"{coll['fit_residual_median']:.1%}, worst {coll['fit_residual_worst']:.1%}.", "",
-           "## nccl-tests by family", "", *_families(coll), "", MODEL_NOTE, "",
+           "## nccl-tests by family", "", *_families(coll), "", fidelity.MODEL_NOTE, "",
            "## Worst held-out points", "", *_worst(coll), "",
            "Figure: `docs/validation_figure.json` (plotly JSON; open with "
            "`plotly.io.read_json`).", "", "## Constants", "",
@@ -273,7 +260,7 @@ def _sections(results: dict[str, Any]) -> list[str]:
     if "nvidia_resnet50_scaling" in fam:
         out += resnet_scaling_section.section(fam["nvidia_resnet50_scaling"])
     if "zero_paper_tables" in fam:
-        out += zero_paper.section(fam["zero_paper_tables"])
+        out += fidelity.zero_paper.section(fam["zero_paper_tables"])
     return out
 
 
@@ -306,7 +293,7 @@ def main(root: str = ".", write: bool = True, write_constants: bool = False) -> 
         f = results["families"][key]
         print(f"{key}: median {f['value']['median']:.2%}, worst {f['value']['worst']:.2%}, "
               f"goal met: {f['goal_met']}")
-    results["goals"] = goals(results)
+    results["goals"] = fidelity.goals(results)
     results["goal_met"] = all(g["goal_met"] for g in results["goals"])
     if write:
         base = Path(root)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from dpsim.sim.workload import SAVES, Layer, Workload
+from dpsim.sim import SAVES, Layer, Workload
 
 
 def _nbytes(t: Any) -> int:

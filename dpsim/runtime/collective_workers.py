@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim import require_choice, require_int
 
 SHOWN_COLLECTIVES = ("broadcast", "scatter", "gather", "reduce", "all_reduce", "all_gather",
                      "reduce_scatter")

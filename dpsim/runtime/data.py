@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 
 def classification(

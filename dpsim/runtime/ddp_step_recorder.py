@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dpsim.sim.trace import Event
+from dpsim.sim import Event
 
 LEARN_STEPS = 3  # DDP rebuilds its buckets in step 2; step 3 is the first with the final ones
 

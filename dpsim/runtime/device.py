@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dpsim.sim.checks import require_choice
+from dpsim.sim import require_choice
 
 
 def resolve_device(requested: str = "auto") -> tuple[torch.device, str]:

@@ -19,8 +19,7 @@ import torch
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.device import synchronize
 from dpsim.runtime.machine import gpu_device
-from dpsim.sim.checks import require_finite, require_int
-from dpsim.sim.hardware import Device, cpu_device
+from dpsim.sim import Device, cpu_device, require_finite, require_int
 
 WARMUP = 3  # untimed calls before the timed repeats (allocator, caches, lazy init)
 ROUNDS = 3  # training steps are timed on this many freshly initialised models
@@ -94,7 +93,7 @@ def _step_s(model: torch.nn.Module, x: torch.Tensor, device: torch.device, repea
 
 def _charged_s(model: torch.nn.Module, x: torch.Tensor, device: Device) -> float:
     """What dpsim.sim.cost.compute charges for one Adam step of `model` on `x` on `device`."""
-    from dpsim.sim.cost.compute import step_compute_s
+    from dpsim.sim import step_compute_s
 
     return step_compute_s(workload_from_module(model, x), x.shape[0], device)
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from dpsim.runtime.dp_step import Clock, DPStepResult, LossFn, check_batch, step_result
 from dpsim.runtime.measure import tensor_bytes
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, Trace
 
 
 def cuda_step(module: nn.Module, x: torch.Tensor, y: torch.Tensor,

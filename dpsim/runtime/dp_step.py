@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from dpsim.sim.checks import require_int
-from dpsim.sim.trace import Trace
+from dpsim.sim import Trace, require_int
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from dpsim.runtime.models import build_model
-from dpsim.sim.checks import require_choice, require_int
-from dpsim.sim.cost.memory import MemoryBreakdown
+from dpsim.sim import MemoryBreakdown, require_choice, require_int
 
 MODELS = ("mlp", "residual")
 TOLERANCE = 1e-5  # max |FSDP - one process| per parameter element after a few Adam steps

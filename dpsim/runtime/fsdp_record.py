@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, Trace
 
 
 def profile_to_trace(prof: Any, rank: int) -> Trace:

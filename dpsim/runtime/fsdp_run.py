@@ -29,10 +29,14 @@ from dpsim.runtime.fsdp_builders import (
     training_batches,
 )
 from dpsim.runtime.fsdp_record import CudaSampler, profile_to_trace, quiet_stderr
-from dpsim.sim.checks import require_choice, require_int, require_range
-from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
-from dpsim.sim.cost.memory import MemoryBreakdown
-from dpsim.sim.trace import Trace
+from dpsim.sim import (
+    MemoryBreakdown,
+    Trace,
+    fsdp_rank_bytes,
+    require_choice,
+    require_int,
+    require_range,
+)
 
 
 def fsdp_rank(rank: int, world_size: int, models: tuple[str, ...] = ("mlp",), steps: int = 3,

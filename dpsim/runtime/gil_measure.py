@@ -28,8 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.sim.checks import require_choice, require_int, require_range
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, Trace, require_choice, require_int, require_range
 
 WORKLOADS = ("python", "matmul", "rnn", "mixed")
 KINDS = ("threads", "processes")

@@ -17,10 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.sim.checks import require_choice, require_int
-from dpsim.sim.collectives.cost import collective_time_s, cost_terms
-from dpsim.sim.collectives.fit import fit_link
-from dpsim.sim.hardware import Link
+from dpsim.sim import Link, collective_time_s, cost_terms, fit_link, require_choice, require_int
 
 KiB, MiB = 1024, 1024**2
 DEFAULT_SIZES = (KiB, 16 * KiB, 256 * KiB, 4 * MiB)  # small: a notebook on 2 cores

@@ -17,7 +17,7 @@ import warnings
 import torch
 
 from dpsim.runtime.nvswitch import detect_nvls, read_topology
-from dpsim.sim.hardware import (
+from dpsim.sim import (
     NVLINK2,
     NVLINK3,
     NVLINK4,
@@ -26,13 +26,14 @@ from dpsim.sim.hardware import (
     PCIE4_X16,
     PCIE5_X16,
     SHARED_MEMORY,
+    SPECS,
     Cluster,
     Device,
     Link,
     cpu_device,
     device_for_name,
+    match_name,
 )
-from dpsim.sim.hardware.gpu_specs import SPECS, match_name
 
 NVLINK_BY_SPEC = {150.0: NVLINK2, 300.0: NVLINK3, 450.0: NVLINK4, 900.0: NVLINK5}
 PCIE_BY_SPEC = {16.0: PCIE3_X16, 32.0: PCIE4_X16, 64.0: PCIE5_X16}

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from dpsim.sim.cost.memory import MemoryBreakdown
+from dpsim.sim import MemoryBreakdown
 
 SavedSize = Literal["storage", "view"]
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import warnings
 
-from dpsim.sim.hardware.gpu_specs import match_name
+from dpsim.sim import match_name
 
 NVLS_PARTS = ("h100-80gb", "h200", "b200")  # gpu_specs keys of NVSwitch gen 3+ SXM parts
 NVLS_MIN_LINKS = 18  # NVLinks per H100/H200/B200 SXM GPU (every one through the switch)

@@ -6,8 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from dpsim.sim.checks import require_choice, require_range
-from dpsim.sim.cost.memory import OPTIMIZERS
+from dpsim.sim import OPTIMIZERS, require_choice, require_range
 
 
 def build_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 1e-3

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 import torch
 
 from dpsim.runtime.device import synchronize
-from dpsim.sim.checks import require_int, require_type
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, Trace, require_int, require_type
 
 
 class PhaseTimer:

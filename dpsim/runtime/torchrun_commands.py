@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from dpsim.runtime.launch.ports import free_port, loopback_ifname
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 
 def loopback_interface() -> str | None:

@@ -90,7 +90,7 @@ class PlanResult:
 
 def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
     """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
-    s = get_strategy(strategy, field="strategy")
+    s = get_strategy(strategy)
     require_int("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
     require_int("global_batch", global_batch, 1, MAX_BATCH)
     return s.split_batch(n_devices, global_batch)
@@ -113,7 +113,7 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
     check_batch(strategy, n_devices, global_batch)
     precision = resolve_precision(strategy, precision)
     require_choice("optimizer", optimizer, OPTIMIZERS)
-    if get_strategy(strategy, field="strategy").single_node:
+    if get_strategy(strategy).single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
     return _plan(workload, cluster, strategy, n_devices, global_batch, precision, optimizer,
                  activation_checkpointing, offload)
@@ -146,7 +146,7 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: in
     require_workload(workload)
     require_cluster(cluster)
     require_choice("mode", mode, MODES)
-    s = get_strategy(strategy, field="strategy")
+    s = get_strategy(strategy)
     counts = require_ints("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
     require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
     precision = resolve_precision(strategy, precision)
@@ -224,7 +224,7 @@ def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
     DDP, forward + backward for ZeRO-3), as the line through batches 1024 and 2048."""
     require_workload(workload)
     require_cluster(cluster)
-    get_strategy(strategy, field="strategy")
+    get_strategy(strategy)
     require_choice("precision", precision, PRECISIONS)
     return _hide_cost_s(workload, cluster, strategy, precision)
 
@@ -293,7 +293,7 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
         if p.n_devices > 1 and p.hidden_comm_s + p.exposed_comm_s >= cover_s:
             simulated = p.n_devices
             break
-    label = get_strategy(strategy, field="strategy").label
+    label = get_strategy(strategy).label
     return Crossover(strategy, label, global_batch, c, c0, k, model, a, link, n_star, simulated,
                      topology, term.collectives)
 

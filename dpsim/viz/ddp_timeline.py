@@ -12,8 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.sim.strategies.base import StepResult
-from dpsim.sim.strategies.ddp import ScalingPoint
+from dpsim.sim import ScalingPoint, StepResult
 from dpsim.viz.style import SOURCE_WORDS, STEP_SPLIT_COLORS, color_for, finish, with_source
 
 _SEGMENTS = (  # (name, colour) of the stacked step-time bars, coloured as in every figure

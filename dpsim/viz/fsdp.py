@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.sim.cost.memory import MemoryBreakdown
-from dpsim.sim.trace import Trace
+from dpsim.sim import MemoryBreakdown, Trace
 from dpsim.viz.style import (
     BYTE_UNITS,
     CATEGORY_COLORS,

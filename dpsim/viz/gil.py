@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from dpsim.sim.trace import Trace
+from dpsim.sim import Trace
 from dpsim.viz.style import TIME_UNITS, finish
 from dpsim.viz.table import Column, text_table
 

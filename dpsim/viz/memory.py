@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from dpsim.sim.cost.memory import CATEGORIES, MemoryBreakdown
+from dpsim.sim import CATEGORIES, MemoryBreakdown
 from dpsim.viz.style import (
     BYTE_UNITS,
     SOURCE_WORDS,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.sim.trace import Trace
+from dpsim.sim import Trace
 from dpsim.viz.style import BYTE_UNITS, color_for, finish
 
 ORDER = ("parameters", "gradients", "optimizer", "input", "activations", "outputs",

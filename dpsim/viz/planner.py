@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dpsim.sim.planner import Crossover, PlanResult, efficiencies
+from dpsim.sim import Crossover, PlanResult, efficiencies
 from dpsim.viz.style import STEP_SPLIT_COLORS
 from dpsim.viz.table import Column, table_figure
 

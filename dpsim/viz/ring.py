@@ -16,7 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.sim.collectives.ring import RingStep
+from dpsim.sim import RingStep
 from dpsim.viz.style import KIND_COLORS, finish
 
 MAX_TEXT_ELEMENTS = 24  # above this many elements per rank, cells show colour only

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.sim.trace import Trace
+from dpsim.sim import Trace
 from dpsim.viz.memory_per_device import bytes_at, categories, category_color
 from dpsim.viz.style import BYTE_UNITS, finish, human_bytes
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, Trace
 from dpsim.viz.style import (
     TIME_UNITS,
     color_for,

@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dpsim.sim.collectives.series import RankTraffic, SizeSeries
-from dpsim.sim.hardware import Link
+from dpsim.sim import Link, RankTraffic, SizeSeries
 from dpsim.viz.style import SOURCE_DASH, finish, human_bytes
 
 SENT_COLOR, RECEIVED_COLOR = "#4C78A8", "#F58518"

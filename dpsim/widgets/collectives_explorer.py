@@ -14,18 +14,24 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.sim.checks import require_choice, require_finite, require_int
-from dpsim.sim.collectives.cost import (
+from dpsim.sim import (
     ALGORITHMS,
+    CLUSTERS,
     COLLECTIVES,
+    INFINIBAND_NDR,
+    NVLINK4,
+    PCIE4_X16,
+    Link,
+    achieved_link,
     algbw_GBps,
     bus_bandwidth_factor,
     collective_time_s,
     cost_terms,
+    model_series,
+    require_choice,
+    require_finite,
+    require_int,
 )
-from dpsim.sim.collectives.group_cost import achieved_link
-from dpsim.sim.collectives.series import model_series
-from dpsim.sim.hardware import CLUSTERS, INFINIBAND_NDR, NVLINK4, PCIE4_X16, Link
 from dpsim.viz.style import human_bytes
 from dpsim.viz.traffic import cost_curves_figure
 from dpsim.widgets.dashboard import dashboard

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import plotly.io as pio
 from IPython.display import display
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 STILL_NOTE = ("A dashboard, shown here in one state. Run this notebook in JupyterLab "
               "(<code>make lab</code>) to move its controls.")

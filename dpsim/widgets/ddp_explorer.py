@@ -7,27 +7,29 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
-from dpsim.sim.hardware import (
+from dpsim.sim import (
+    DEFAULT_BUCKET_CAP_MB,
     DEVICES,
     INFINIBAND_NDR,
     NVLINK3,
     NVLINK4,
     PCIE4_X16,
+    PRESETS,
     SHARED_MEMORY,
     Cluster,
-    Link,
-)
-from dpsim.sim.strategies.ddp import (
-    DEFAULT_BUCKET_CAP_MB,
     DDPConfig,
+    Link,
     buckets_of,
     first_bucket_cap_for,
+    get_workload,
+    require_bool,
+    require_choice,
+    require_finite,
+    require_int,
     scaling,
     simulate,
     step_result,
 )
-from dpsim.sim.workload import PRESETS, get_workload
 from dpsim.viz.ddp_timeline import scaling_figure
 from dpsim.viz.timeline import timeline
 from dpsim.widgets.dashboard import dashboard

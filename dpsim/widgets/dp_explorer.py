@@ -10,12 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dpsim.sim.checks import require_choice, require_finite, require_int
-from dpsim.sim.hardware import CLUSTERS, get_cluster
-from dpsim.sim.strategies import dp
-from dpsim.sim.strategies.dp import DPConfig, device0_extra_bytes, simulate, with_output_features
-from dpsim.sim.trace import Trace
-from dpsim.sim.workload import PRESETS, Workload, get_workload
+from dpsim.sim import (
+    CLUSTERS,
+    PRESETS,
+    DPConfig,
+    Trace,
+    Workload,
+    device0_extra_bytes,
+    dp_summary,
+    get_cluster,
+    get_workload,
+    require_choice,
+    require_finite,
+    require_int,
+    simulate,
+    step_result,
+    with_output_features,
+)
 from dpsim.viz.memory_per_device import peak_per_device
 from dpsim.viz.style import human_bytes
 
@@ -54,7 +65,7 @@ def explore(model: str = "gpt2-124m", n_devices: int = 4, batch_size: int = 32,
     workload = get_model(model, out_features)
     config = DPConfig(n_devices=n_devices, batch_size=batch_size)
     trace = simulate(workload, c, config)
-    step, facts = dp.step_result(trace), dp.summary(trace)
+    step, facts = step_result(trace), dp_summary(trace)
     peaks = step.peak_bytes
     summary: dict[str, Any] = {
         "model": workload.name,

@@ -7,12 +7,22 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from dpsim.sim.checks import require_choice, require_int
-from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown
-from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
-from dpsim.sim.hardware import DEVICES
-from dpsim.sim.strategies.single import SingleConfig, breakdown, simulate, step_result, summary
-from dpsim.sim.workload import PRESETS, get_workload
+from dpsim.sim import (
+    DEVICES,
+    OPTIMIZERS,
+    PRESETS,
+    MemoryBreakdown,
+    SingleConfig,
+    breakdown,
+    get_workload,
+    policy_model_state_bytes,
+    precision_policy,
+    require_choice,
+    require_int,
+    simulate,
+    single_summary,
+    step_result,
+)
 from dpsim.viz.memory import breakdown_bars
 from dpsim.viz.style import add_limit
 from dpsim.widgets.dashboard import dashboard
@@ -45,7 +55,7 @@ def explore(model: str, device: str, precision: str, optimizer: str, batch_size:
     fig: go.Figure = breakdown_bars({column: pred}, title="", unit="GiB")
     note = add_limit(fig, [column], pred.total / 1024**3, dev.memory_GiB, "GiB")
     fig.update_layout(title={"text": f"Simulated memory on one {dev.name}{note}"})
-    facts = summary(trace)
+    facts = single_summary(trace)
     verdict = "fits" if facts.fits else "OUT OF MEMORY"
     line = (f"simulated: {pred.total / 1024**3:.1f} GiB ({verdict}); "
             f"step {step_result(trace).step_s * 1e3:.1f} ms; "

@@ -9,13 +9,26 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.sim.beyond_data_parallel import beyond_data_parallel
-from dpsim.sim.hardware import CLUSTERS, Cluster, Link, get_cluster
-from dpsim.sim.planner import POWERS_OF_TWO, PlanResult, plan, scaling_curve
-from dpsim.sim.strategies.knobs import PLANNER_PRECISIONS
-from dpsim.sim.strategies.registry import get_strategy, names
-from dpsim.sim.checks import require_bool, require_choice, require_int
-from dpsim.sim.workload import PRESETS, Workload, get_workload
+from dpsim.sim import (
+    CLUSTERS,
+    PLANNER_PRECISIONS,
+    POWERS_OF_TWO,
+    PRESETS,
+    Cluster,
+    Link,
+    PlanResult,
+    Workload,
+    beyond_data_parallel,
+    get_cluster,
+    get_strategy,
+    get_workload,
+    plan,
+    require_bool,
+    require_choice,
+    require_int,
+    scaling_curve,
+    strategy_names,
+)
 from dpsim.viz.planner import plan_figure
 from dpsim.widgets.dashboard import dashboard
 
@@ -95,7 +108,7 @@ class StrategyExplorer:
         """Raise ValueError naming the first argument that is not allowed on its own."""
         check_model(model, self.own is not None)
         require_choice("cluster", cluster, CLUSTER_CHOICES)
-        require_choice("strategy", strategy, names())
+        require_choice("strategy", strategy, strategy_names())
         if n_devices is not None:
             require_int("n_devices", n_devices, 1, max(POWERS_OF_TWO))
         require_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
@@ -171,7 +184,7 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
     """The dashboard; pass `module` and `example_input` to add "your model" to the list."""
     check_model(model, module is not None)
     require_choice("cluster", cluster, CLUSTER_CHOICES)
-    require_choice("strategy", strategy, names())
+    require_choice("strategy", strategy, strategy_names())
     require_int("n_devices", n_devices, 1)
     require_choice("n_devices", n_devices, POWERS_OF_TWO)
     require_int("global_batch", global_batch, 1)
@@ -181,7 +194,7 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
         "model": widgets.Dropdown(options=explorer.models(), value=model, description="model"),
         "cluster": widgets.Dropdown(options=list(CLUSTER_CHOICES), value=cluster,
                                     description="cluster"),
-        "strategy": widgets.Dropdown(options=[(get_strategy(s).label, s) for s in names()],
+        "strategy": widgets.Dropdown(options=[(get_strategy(s).label, s) for s in strategy_names()],
                                      value=strategy, description="strategy"),
         "n_devices": widgets.SelectionSlider(options=list(POWERS_OF_TWO), value=n_devices,
                                              description="N"),

@@ -7,11 +7,23 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
-from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS
-from dpsim.sim.hardware import H100_80GB, NVLINK4, Cluster
-from dpsim.sim.strategies.fsdp import FSDPConfig, compare_stages, summary
-from dpsim.sim.workload import Workload, get_workload, transformer
+from dpsim.sim import (
+    H100_80GB,
+    NVLINK4,
+    OPTIMIZERS,
+    PRECISIONS,
+    Cluster,
+    FSDPConfig,
+    Workload,
+    compare_stages,
+    fsdp_summary,
+    get_workload,
+    require_bool,
+    require_choice,
+    require_finite,
+    require_int,
+    transformer,
+)
 from dpsim.viz.fsdp import device_grid, zero_bars
 from dpsim.widgets.dashboard import dashboard
 
@@ -51,7 +63,7 @@ def explore(model: str, n_devices: int, precision: str, optimizer: str,
                      activation_checkpointing=checkpointing)
     traces = compare_stages(workload, cluster, cfg)
     limit = cluster.device.memory_bytes
-    facts = {k: summary(t) for k, t in traces.items()}
+    facts = {k: fsdp_summary(t) for k, t in traces.items()}
     bars = zero_bars({k: f.breakdown for k, f in facts.items()}, limit, unit="GiB",
                      title=f"{workload.name} on {n_devices} x {memory_GiB:g} GiB: simulated peak "
                            "memory per device")

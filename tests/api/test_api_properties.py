@@ -1,8 +1,7 @@
 """The public API on arbitrary inputs: a clean result, or a ValueError naming an argument.
 
-For the simulator's boundary constructors (configs, hardware, workload, trace records: the
-dataclasses that check themselves), the planner's functions and the registered strategies'
-simulations (`benchmarks/api_surface.py` finds them and derives a valid call of each from
+For the simulator's face (`dpsim.sim.__all__`: its functions and the dataclasses that check
+themselves; `benchmarks/api_surface.py` reads them and derives a valid call of each from
 its signature and type hints), hypothesis replaces one or two arguments of a valid call by
 values of their kind or by anything at all (integers from -2**70 to 2**70, floats with NaN
 and inf, bools, text, None). Each call (a config with its simulation) must return within 1 s
@@ -24,7 +23,7 @@ from hypothesis import strategies as st
 from benchmarks.api_args import BOOL, CHOICE, FLOAT, INT, INTS, NAME, Arg
 from benchmarks.api_harness import bad_numbers, call_bounded, names_field
 from benchmarks.api_surface import EntryPoint, entry_for, entry_point, entry_points, skipped
-from dpsim.sim.hardware import Cluster, Link
+from dpsim.sim import Cluster, Link
 
 SECONDS = 1.0  # time bound per call
 # Examples perturb at most two arguments, so they are short as found; shrinking one that
@@ -34,10 +33,9 @@ EXAMPLES = 40  # per entry point
 
 
 def _representative() -> list[str]:
-    """Boundary constructors, the planner's functions, the strategies' simulations."""
-    return [e.name for e in entry_points(widgets=False)
-            if isinstance(e.fn, type) or ".planner." in e.name
-            or e.name.endswith("].simulate")]
+    """Every entry point of the simulator's face that takes arguments (not its classes'
+    methods)."""
+    return [e.name for e in entry_points(widgets=False) if e.name.count(".") == 2 and e.args]
 
 
 ANYTHING = st.one_of(
@@ -110,9 +108,9 @@ def test_every_boundary_name_gets_a_valid_call_or_a_reason() -> None:
                          f"or a row in benchmarks/api_args.py's DATA): {problems}"
     assert all(reason.strip() for reason in skipped().values())
     names = {e.name for e in entry_points()}
-    for wanted in ("planner.plan", "planner.scaling_curve", "planner.crossover",
-                   "planner.summary_table", "registry['ddp'].simulate",
-                   "registry['fsdp'].step_result", "hardware.cluster.Cluster", "workload.Workload",
+    for wanted in ("dpsim.sim.plan", "dpsim.sim.scaling_curve", "dpsim.sim.crossover",
+                   "dpsim.sim.summary_table", "dpsim.sim.simulate", "dpsim.sim.step_result",
+                   "dpsim.sim.Cluster", "dpsim.sim.Workload",
                    "widgets.strategy_dashboard.StrategyExplorer.render"):
         assert any(n.endswith(wanted) for n in names), wanted
 

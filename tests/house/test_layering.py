@@ -35,7 +35,7 @@ TORCH_FREE = {"simulator", "viz", "reports"}  # never import torch, not even laz
 # Third-party packages the simulator may use: the standard library and numpy only.
 SIMULATOR_THIRD_PARTY = {"numpy"}
 # Functions viz may call: arithmetic over results already simulated, no cost model inside.
-VIZ_MAY_CALL = {"dpsim.sim.planner.efficiencies"}  # t1 / (N tN) over a scaling curve
+VIZ_MAY_CALL = {"dpsim.sim.efficiencies"}  # t1 / (N tN) over a scaling curve
 
 
 def wing(module: str) -> str:

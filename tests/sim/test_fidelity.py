@@ -10,6 +10,7 @@ import pytest
 
 from dpsim.reports import validation as report
 from dpsim.sim.fidelity import collectives
+from dpsim.sim.fidelity import memory as fidelity_memory
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def test_every_run_and_point_has_a_citation_and_a_configuration() -> None:
         for p in run["points"]:
             assert p["nbytes"] > 0
             assert p["time_us"] > 0
-    memory = json.loads(Path(report.memory.DATA).read_text())
+    memory = json.loads(Path(fidelity_memory.DATA).read_text())
     assert len(memory["source"]["commit"]) == 40
     assert all(p["where"] for p in memory["points"])
 

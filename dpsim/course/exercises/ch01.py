@@ -21,8 +21,7 @@ from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.measure import optimizer_tensors, saved_tensors, storage_bytes
 from dpsim.runtime.models import layer_stack
-from dpsim.sim.cost.memory import max_batch_size, model_state_bytes
-from dpsim.sim.workload import Layer, Workload
+from dpsim.sim import Layer, Workload, max_batch_size, model_state_bytes
 
 FP32_BYTES = 4
 INT64_BYTES = 8

@@ -23,8 +23,7 @@ import numpy as np
 from dpsim.course.exercises.ch02_p2p_answers import expected_answer, ring_explain, slips
 from dpsim.course.exercises.ch02_ranks import run_on_ranks
 from dpsim.course.grading.registry import Case, exercise
-from dpsim.sim.collectives.cost import bytes_sent_per_rank
-from dpsim.sim.collectives.ring import chunk_bounds, ring_all_reduce_steps
+from dpsim.sim import bytes_sent_per_rank, chunk_bounds, ring_all_reduce_steps
 
 BYTES_SENT = "dpsim.sim.collectives.cost.bytes_sent_per_rank"
 STEPS = "dpsim.sim.collectives.ring.ring_all_reduce_steps"

@@ -23,7 +23,7 @@ from dpsim.course.exercises.ch02_ranks import (
     ring_run,
     ring_sends,
 )
-from dpsim.sim.collectives.ring import chunk_bounds
+from dpsim.sim import chunk_bounds
 
 NO_MESSAGES = ("no message went through dist.isend / dist.irecv (or dist.send / dist.recv, "
                "dist.batch_isend_irecv): the exercise is to move the data with them yourself")

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from dpsim.course.grading.ranks import rank_error
-from dpsim.sim.collectives.ring import chunk_bounds
+from dpsim.sim import chunk_bounds
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "pipelined", "broadcast")
 # ProcessGroup methods, where every message and collective of torch.distributed ends up

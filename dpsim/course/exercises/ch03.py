@@ -17,7 +17,7 @@ import torch
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.models import mlp
-from dpsim.sim.strategies.dp import DPConfig, device0_extra_bytes, scatter_sizes
+from dpsim.sim import DPConfig, device0_extra_bytes, scatter_sizes
 
 FP32_BYTES = 4
 INT64_BYTES = 8

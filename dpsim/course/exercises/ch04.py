@@ -15,13 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dpsim.course.grading.registry import Case, exercise
-from dpsim.sim.cost.gil import (
-    DEFAULT_SWITCH_INTERVAL_S,
-    GILConfig,
-    predict_speedup,
-    schedule,
-    simulate,
-)
+from dpsim.sim import DEFAULT_SWITCH_INTERVAL_S, GILConfig, predict_speedup, schedule, simulate_gil
 
 
 def _amdahl(g: float, n: int) -> float:
@@ -35,10 +29,10 @@ def _speedup_cases(rng: random.Random) -> Iterator[Case]:
              (round(rng.uniform(0.3, 0.6), 2), rng.randint(2, 6), 64)]
     for g, n, cores in cases:
         expected = predict_speedup(g, n, cores)
-        sim = simulate(GILConfig(n, 0.02, g, 100, n_cores=cores)).speedup
+        sim = simulate_gil(GILConfig(n, 0.02, g, 100, n_cores=cores)).speedup
         if sim > expected * (1 + 1e-9) or (g in (0.0, 1.0) and not math.isclose(sim, expected,
                                                                                   rel_tol=1e-9)):
-            raise RuntimeError(f"dpsim.sim.cost.gil.simulate ({sim:.4f}x) breaks the bound "
+            raise RuntimeError(f"dpsim.sim.simulate_gil ({sim:.4f}x) breaks the bound "
                                f"{expected:.4f}x for g={g}, n={n}; please report this")
         yield Case(
             f"predicted_speedup(gil_share={g}, n_threads={n}, n_cores={cores})",

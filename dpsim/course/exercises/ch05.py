@@ -21,7 +21,7 @@ from torch.utils.data.distributed import DistributedSampler
 from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.models import layer_stack
-from dpsim.sim.strategies.ddp import GradTensor, MiB, build_buckets
+from dpsim.sim import GradTensor, MiB, build_buckets
 
 # --- 5.1 ----------------------------------------------------------------------------------
 

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from dpsim.course.grading.registry import Case, exercise
-from dpsim.sim.cost.fsdp_shards import fsdp_shard_rows
-from dpsim.sim.cost.memory import max_params_that_fit, zero_bytes_per_device
+from dpsim.sim import fsdp_shard_rows, max_params_that_fit, zero_bytes_per_device
 
 GB = 10**9
 

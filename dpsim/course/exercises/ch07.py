@@ -14,10 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dpsim.course.grading.registry import Case, exercise
-from dpsim.sim.hardware import CLUSTERS
-from dpsim.sim.planner import POWERS_OF_TWO, PlanResult, plan
-from dpsim.sim.strategies.registry import names
-from dpsim.sim.workload import get_workload
+from dpsim.sim import CLUSTERS, POWERS_OF_TWO, PlanResult, get_workload, plan, strategy_names
 
 FORBIDDEN = ("dpsim.sim.planner.plan", "dpsim.sim.planner.scaling_curve",
              "dpsim.sim.planner.summary_table",
@@ -32,7 +29,7 @@ def _row(p: PlanResult) -> dict[str, Any]:
 
 def _plans(model: str, cluster: str, n: int, batch: int) -> list[PlanResult]:
     out = []
-    for s in names():
+    for s in strategy_names():
         try:
             out.append(plan(get_workload(model), CLUSTERS[cluster], s, n, batch))
         except ValueError:  # one device only (single), or one node only (dp)

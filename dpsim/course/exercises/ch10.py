@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from dpsim.course.grading.registry import Case, exercise
-from dpsim.sim.strategies.fsdp.hsdp import hsdp_traffic
+from dpsim.sim import hsdp_traffic
 
 # --- 10.1 a checkpoint that resumes exactly ------------------------------------------------
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim import require_choice, require_int
 
 ID_PATTERN = re.compile(r"^(\d+)\.(\d+)$")
 CHAPTER_MODULE = re.compile(r"ch(\d+)(_\w+)?")  # chNN, or chNN_<topic>: a module of chapter NN

@@ -15,9 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from dpsim.runtime.device import resolve_device, synchronize
 from dpsim.runtime.measure import StepMemory, measure_step_memory
 from dpsim.runtime.optimizers import build_optimizer
-from dpsim.sim.checks import require_int
-from dpsim.sim.cost.memory import MemoryBreakdown
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, MemoryBreakdown, Trace, require_int
 
 
 @dataclass

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from dpsim.labs.ch03_data_parallel.dp_reenact import replicate_module, run_threads
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 
 def _check_devices(devices: Sequence[int]) -> int:

@@ -11,7 +11,7 @@ from torch import nn
 from dpsim.labs.ch03_data_parallel.dp_reenact import reenact_step
 from dpsim.runtime.dp_cuda_step import cuda_step
 from dpsim.runtime.dp_step import DPStepResult, LossFn
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 MIN_GPUS = 2  # "auto" runs the real nn.DataParallel from this many GPUs on (the doctor agrees)
 

@@ -33,7 +33,7 @@ from dpsim.runtime.dp_step import (
     step_result,
 )
 from dpsim.runtime.measure import optimizer_tensors, saved_tensors, storage_bytes, tensor_bytes
-from dpsim.sim.trace import Event, Trace
+from dpsim.sim import Event, Trace
 
 
 def replicate_module(module: nn.Module, params: list[torch.Tensor]) -> nn.Module:

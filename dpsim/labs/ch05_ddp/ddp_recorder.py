@@ -37,19 +37,22 @@ from dpsim.runtime.device_calibration import calibrate_device
 from dpsim.runtime.link_calibration import LINK_SIZES as LINK_SIZES
 from dpsim.runtime.link_calibration import measure_link as measure_link
 from dpsim.runtime.optimizers import build_optimizer
-from dpsim.sim.checks import require_int
-from dpsim.sim.cost.compute_contention import comm_overlaps_compute
-from dpsim.sim.hardware import Cluster, Device, Link
-from dpsim.sim.strategies.ddp import (
+from dpsim.sim import (
     Bucket,
+    Cluster,
     DDPConfig,
+    Device,
+    Event,
+    Link,
+    Trace,
+    Workload,
     build_buckets,
+    comm_overlaps_compute,
     grad_tensors,
+    require_int,
     simulate,
     step_result,
 )
-from dpsim.sim.trace import Event, Trace
-from dpsim.sim.workload import Workload
 
 
 def param_nbytes(module: nn.Module) -> list[tuple[str, int]]:

@@ -27,9 +27,7 @@ from dpsim.runtime import models
 from dpsim.runtime.data import classification
 from dpsim.runtime.models.cnn import image_side
 from dpsim.runtime.optimizers import build_optimizer
-from dpsim.sim.checks import require_choice, require_int, require_range
-from dpsim.sim.cost.memory import OPTIMIZERS
-from dpsim.sim.strategies.ddp.buckets import MiB
+from dpsim.sim import OPTIMIZERS, MiB, require_choice, require_int, require_range
 
 MODELS = ("mlp", "cnn")
 

@@ -174,7 +174,7 @@ def fsdp_facts(rank: int, world_size: int) -> FSDPRankFacts:
     """
     from dpsim.runtime.fsdp_builders import fsdp_model
     from dpsim.runtime.fsdp_run import fsdp_rank
-    from dpsim.sim.trace import Trace
+    from dpsim.sim import Trace
 
     out = fsdp_rank(rank, world_size, ("residual",), steps=2, record=True)["residual"]
     full = sum(p.numel() for p in fsdp_model("residual").parameters()) * 4
@@ -197,7 +197,7 @@ def fsdp_facts(rank: int, world_size: int) -> FSDPRankFacts:
 
 def predicted_buckets() -> list[int]:
     """dpsim's bucket sizes (bytes) for the model `ddp_facts_rank` wraps."""
-    from dpsim.sim.strategies.ddp import GradTensor, build_buckets
+    from dpsim.sim import GradTensor, build_buckets
 
     model = _model(device="meta")
     tensors = [GradTensor(n, p.numel() * 4) for n, p in model.named_parameters()]

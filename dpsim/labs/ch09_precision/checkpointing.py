@@ -21,11 +21,15 @@ from torch import nn
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.measure import saved_tensors
 from dpsim.runtime.models import BlockStack
-from dpsim.sim.checks import require_int
-from dpsim.sim.cost.compute import backward_time_s, forward_time_s
-from dpsim.sim.cost.memory import checkpointed_activation_bytes
-from dpsim.sim.hardware import cpu_device
-from dpsim.sim.workload import Layer, Workload
+from dpsim.sim import (
+    Layer,
+    Workload,
+    backward_time_s,
+    checkpointed_activation_bytes,
+    cpu_device,
+    forward_time_s,
+    require_int,
+)
 
 
 def block_workload(model: BlockStack, x: torch.Tensor) -> Workload:

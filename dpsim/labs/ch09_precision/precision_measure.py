@@ -16,12 +16,13 @@ from torch import nn
 
 from dpsim.runtime.measure import model_state_breakdown, saved_tensors
 from dpsim.runtime.models.tiny_transformer import tiny_transformer, token_batch
-from dpsim.sim.checks import require_choice, require_int
-from dpsim.sim.cost.memory import MemoryBreakdown
-from dpsim.sim.cost.precision import (
+from dpsim.sim import (
     LOW_DTYPES,
+    MemoryBreakdown,
     policy_model_state_bytes,
     precision_policy,
+    require_choice,
+    require_int,
 )
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

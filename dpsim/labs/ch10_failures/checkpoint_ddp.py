@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from dpsim.runtime.models import mlp
-from dpsim.sim.checks import require_bool, require_int
+from dpsim.sim import require_bool, require_int
 
 
 def _save(model: nn.Module, opt: torch.optim.Optimizer, epoch: int, path: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from dpsim.sim.checks import require_range
+from dpsim.sim import require_range
 
 
 def skip_rank(rank: int, world_size: int, timeout_s: float) -> float:

@@ -29,8 +29,7 @@ from dpsim.runtime.fsdp_builders import (
     train_one_process,
     training_batches,
 )
-from dpsim.sim.checks import require_int, require_range
-from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
+from dpsim.sim import fsdp_rank_bytes, require_int, require_range
 
 MODEL = "residual"
 # max |resumed FSDP - one process| per parameter element. Ranks sum gradients in a different

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from dpsim.runtime.torchrun import start_torchrun
-from dpsim.sim.checks import require_int, require_range
+from dpsim.sim import require_int, require_range
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "train_elastic.py"
 # torchrun's agent shares its rendezvous TCPStore with the workers' init_process_group by

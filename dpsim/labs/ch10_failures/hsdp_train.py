@@ -26,8 +26,7 @@ from dpsim.runtime.fsdp_builders import (
     train_one_process,
     training_batches,
 )
-from dpsim.sim.checks import require_int
-from dpsim.sim.cost.fsdp_shards import fsdp_padded_shard_numel, fsdp_rank_bytes
+from dpsim.sim import fsdp_padded_shard_numel, fsdp_rank_bytes, require_int
 
 MODEL = "residual"
 TOLERANCE = 1e-5  # max |HSDP - one process| per element; see dcp_reshard.TOLERANCE

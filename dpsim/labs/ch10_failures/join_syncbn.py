@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 N_FEATURES = 6
 

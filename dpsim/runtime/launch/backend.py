@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_choice
+from dpsim.sim import require_choice
 
 __all__ = ["BACKENDS", "choose_backend"]
 

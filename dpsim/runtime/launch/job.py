@@ -33,7 +33,7 @@ from dpsim.runtime.launch.start import (
 from dpsim.runtime.launch.states import joined_ranks, rank_state
 from dpsim.runtime.launch.stderr_tail import StderrTail, last_words
 from dpsim.runtime.launch.supervise import collect, read_stacks, stop, trim_stack
-from dpsim.sim.checks import require_choice, require_int, require_range
+from dpsim.sim import require_choice, require_int, require_range
 
 __all__ = ["MAX_WORLD_SIZE", "last_pids", "launch"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 
 def image_side(n_features: int) -> int | None:

@@ -13,7 +13,7 @@ from itertools import pairwise
 import torch
 from torch import nn
 
-from dpsim.sim.checks import require_bool, require_choice, require_int, require_type
+from dpsim.sim import require_bool, require_choice, require_int, require_type
 
 ACTIVATIONS: dict[str, type[nn.Module] | None] = {
     "relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "none": None}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 
 class GPT2(nn.Module):

@@ -24,7 +24,7 @@ from dpsim.runtime.models.gpt2 import GPT2
 from dpsim.runtime.models.residual import BlockStack, ResidualMLP
 from dpsim.runtime.models.rnn import TinyRNN
 from dpsim.runtime.models.tiny_transformer import TinyTransformer
-from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim import require_choice, require_int
 
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes a 64-bit seed
 REQUIRED = inspect.Parameter.empty  # the default of a size that has none

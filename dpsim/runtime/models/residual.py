@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from dpsim.sim.checks import require_bool, require_int
+from dpsim.sim import require_bool, require_int
 
 
 def prenorm_block(width: int, hidden: int) -> nn.Sequential:

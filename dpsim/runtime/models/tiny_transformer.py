@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpsim.sim.checks import require_int
+from dpsim.sim import require_int
 
 SEQ_LEN, IN_FEATURES, N_CLASSES = 6, 13, 5
 

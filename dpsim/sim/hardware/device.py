@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 from dpsim.sim.checks import (
-    require_bool,
+    Int,
     require_choice,
     require_finite,
     require_int,
@@ -112,13 +113,13 @@ def get_device(name: str) -> Device:
     return DEVICES[name]
 
 
-def device_for_name(cuda_name: str, memory_bytes: int, warn: bool = True) -> Device:
+def device_for_name(cuda_name: str,
+                    memory_bytes: Annotated[int, Int(GiB // 128, MAX_MEMORY_GIB * GiB)],
+                    warn: bool = True) -> Device:
     """The preset a CUDA device name identifies (`gpu_specs.match_name`), with the real
-    memory size. An unknown name gets A100 80GB peaks and a warning, never silently; so
-    does a name whose preset is a stand-in (an A10G takes the A10's datasheet)."""
-    require_type("cuda_name", cuda_name, str)
-    require_int("memory_bytes", memory_bytes, 1, int(MAX_MEMORY_GIB * GiB))
-    require_bool("warn", warn)
+    memory size (bytes; from 8 MiB, kept to 0.01 GiB). An unknown name gets A100 80GB peaks
+    and a warning, never silently; so does a name whose preset is a stand-in (an A10G takes
+    the A10's datasheet)."""
     key = match_name(cuda_name)
     memory = round(memory_bytes / GiB, 2)
     if key is None:

@@ -29,7 +29,7 @@ def resolve_precision(strategy: str, precision: str) -> str:
 
     require_choice("precision", precision, PLANNER_PRECISIONS)
     if precision == DEFAULT_PRECISION:
-        return get_strategy(strategy, field="strategy").default_precision
+        return get_strategy(strategy).default_precision
     return precision
 
 
@@ -44,7 +44,7 @@ def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
     """`config` with the knobs set; ValueError naming a knob its strategy does not take."""
     from dpsim.sim.strategies.registry import get_strategy, names
 
-    kind = get_strategy(strategy, field="strategy").config_type
+    kind = get_strategy(strategy).config_type
     require_instance("config", config, kind, f"a {kind.__name__} (the strategy's config)")
     require_choice("precision", precision, KNOB_PRECISIONS)
     require_bool("activation_checkpointing", activation_checkpointing)

@@ -8,9 +8,9 @@ for a permanent one, in a test or a notebook for an experiment).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from dpsim.sim.checks import require_bool, require_choice, require_int
+from dpsim.sim.checks import OneOf, require_bool, require_choice, require_int
 from dpsim.sim.limits import MAX_WORLD_SIZE
 from dpsim.sim.strategies import ddp, dp, fsdp, single
 from dpsim.sim.strategies.base import Placement, Strategy
@@ -53,9 +53,8 @@ def unregister(name: str) -> None:
     del _REGISTRY[name]
 
 
-def get_strategy(name: str, *, field: str = "name") -> Strategy[Any]:
-    """The strategy registered as `name`; ValueError naming `field` otherwise."""
-    require_choice(field, name, _REGISTRY)
+def get_strategy(name: Annotated[str, OneOf(lambda: _REGISTRY)]) -> Strategy[Any]:
+    """The strategy registered as `name` (one of `names()`)."""
     return _REGISTRY[name]
 
 

@@ -37,7 +37,7 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
     """Grade each notebook; print the table; write the CSV, the feedback files and, with
     `output_format="gradescope"`, results.json. 0 if grading ran, 1 if a notebook is
     missing, 2 if the grader failed on some exercise or refused the batch."""
-    from dpsim.sim.checks import require_choice, require_range
+    from dpsim.sim import require_choice, require_range
 
     require_choice("output_format", output_format, ["csv", "gradescope"])
     require_choice("visibility", visibility, list(results.VISIBILITIES))
