@@ -273,15 +273,17 @@ def _classes(options: Sequence[Any]) -> Spec | None:
     return None
 
 
-@functools.cache
+_FIELD_SPECS: dict[type, tuple[tuple[str, Spec], ...]] = {}  # a dataclass -> its fields' specs
+
+
 def _field_specs(cls: type) -> tuple[tuple[str, Spec], ...]:
-    hints = typing.get_type_hints(cls, include_extras=True)
-    out = []
-    for f in dataclasses.fields(cls):
-        spec = spec_of(hints[f.name])
-        if spec is not None:
-            out.append((f.name, spec))
-    return tuple(out)
+    found = _FIELD_SPECS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        found = tuple((f.name, spec) for f in dataclasses.fields(cls)
+                      if (spec := spec_of(hints[f.name])) is not None)
+        _FIELD_SPECS[cls] = found
+    return found
 
 
 def check_fields(obj: object) -> None:
