@@ -1,16 +1,25 @@
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pytest
 
 from dpsim.sim.checks import (
+    Each,
+    Int,
+    OneOf,
+    Real,
+    check_fields,
+    checked,
     require_bool,
     require_choice,
     require_finite,
     require_int,
     require_range,
     require_type,
+    spec_of,
     within,
 )
 from dpsim.sim.limits import MAX_COUNT, MAX_SECONDS, MAX_TOTAL_BYTES
@@ -115,3 +124,64 @@ def test_bounds_keep_a_count_in_int64_and_a_time_sum_finite() -> None:
     assert MAX_COUNT < 2**63
     assert MAX_TOTAL_BYTES >= MAX_COUNT * MAX_COUNT * 4  # a count x a batch x a dtype scale
     assert math.isfinite(MAX_SECONDS * 1e200)
+
+
+# --- specs in type hints: checked() and check_fields() ---------------------------------------
+
+def _bounded(world_size: Annotated[int, Int(1, 8)], lr: Annotated[float, Real(0, 1)] = 0.1,
+             kind: Annotated[str, OneOf(("ring", "tree"))] = "ring",
+             sizes: Annotated[Sequence[int], Each(Int(0, 9))] = (1,),
+             cap: Annotated[int, Int(1, 4)] | None = None, flag: bool = False,
+             name: str = "x", anything: Callable[[], int] | None = None) -> int:
+    return world_size
+
+
+def test_checked_calls_through_with_good_arguments() -> None:
+    face = checked(_bounded)
+    assert face(4, 0.5, "tree", [0, 9], 2, True, "y", lambda: 1) == 4
+    assert face.__wrapped__ is _bounded  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"world_size": 0}, r"^world_size=0 is out of range; allowed >= 1 and <= 8"),
+    ({"world_size": True}, r"^world_size=True is not an integer"),
+    ({"world_size": 2, "lr": math.nan}, r"^lr=nan is not allowed"),
+    ({"world_size": 2, "lr": math.inf}, r"^lr=inf is not finite"),
+    ({"world_size": 2, "kind": "mesh"}, r"^kind='mesh' is not known; allowed: 'ring', 'tree'"),
+    ({"world_size": 2, "sizes": [1, 10]}, r"^sizes\[1\]=10 is out of range"),
+    ({"world_size": 2, "sizes": "12"}, r"^sizes='12' is not a list or tuple"),
+    ({"world_size": 2, "sizes": []}, r"^sizes has 0 values; allowed: 1 to"),
+    ({"world_size": 2, "cap": 5}, r"^cap=5 is out of range"),
+    ({"world_size": 2, "flag": 1}, r"^flag=1 is not allowed; allowed: True, False"),
+    ({"world_size": 2, "name": 3}, r"^name=3 is not a str"),
+])
+def test_checked_names_the_argument_a_caller_got_wrong(kwargs: dict[str, object],
+                                                       message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        checked(_bounded)(**kwargs)
+
+
+def test_checked_leaves_defaults_and_unhinted_kinds_alone() -> None:
+    assert checked(_bounded)(3, cap=None, anything=None) == 3  # None where None is allowed
+    assert spec_of(Callable[[], int]) is None
+    assert spec_of(int | Callable[[], int]) is None  # a union with a hint that is no class
+
+
+@dataclass(frozen=True)
+class _Config:
+    batch_size: Annotated[int, Int(1, 64)] = 8  # samples per device
+    precision: Annotated[str, OneOf(("fp32", "bf16"))] = "fp32"
+    overlap: bool = True
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def test_check_fields_checks_each_field_against_its_hint() -> None:
+    assert _Config(batch_size=64).batch_size == 64
+    with pytest.raises(ValueError, match=r"^batch_size=0 is out of range"):
+        _Config(batch_size=0)
+    with pytest.raises(ValueError, match=r"^precision='fp8' is not known"):
+        _Config(precision="fp8")
+    with pytest.raises(ValueError, match=r"^overlap=None is not allowed"):
+        _Config(overlap=None)  # type: ignore[arg-type]
