@@ -76,3 +76,5 @@ DeviceIndex = Annotated[int, Int(0, MAX_DEVICE)]
 TotalBytes = Annotated[int, Int(0, MAX_TOTAL_BYTES)]
 Seconds = Annotated[float, Real(0, MAX_SECONDS)]
 Fraction = Annotated[float, Real(0, 1)]
+Rate = Annotated[float, Real(MIN_RATE, MAX_RATE)]  # TFLOP/s or GB/s of a Device or Link
+Microseconds = Annotated[float, Real(0, MAX_OVERHEAD_US)]  # per operator or per message

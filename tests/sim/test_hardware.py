@@ -6,8 +6,9 @@ from typing import Any
 import pytest
 
 from dpsim.runtime.machine import detect
+from dpsim.sim import cpu_device, get_cluster, get_device, group_shape
 from dpsim.sim.collectives.link_constants import ACHIEVED_FRACTION
-from dpsim.sim.collectives.nccl import DEFAULT_PARAMS, group_shape
+from dpsim.sim.collectives.nccl import DEFAULT_PARAMS
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.hardware import (
     CLUSTERS,
@@ -18,9 +19,6 @@ from dpsim.sim.hardware import (
     Cluster,
     Device,
     Link,
-    cpu_device,
-    get_cluster,
-    get_device,
 )
 from dpsim.sim.limits import (
     MAX_COUNT,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Annotated
 
-from dpsim.sim.checks import require_bool, require_int, require_type
+from dpsim.sim.checks import Int, check_fields, checked
 from dpsim.sim.hardware.device import Device
 from dpsim.sim.hardware.link import INFINIBAND_NDR, Link
-from dpsim.sim.limits import MAX_DEVICES_PER_NODE, MAX_NICS_PER_NODE, MAX_NODES
+from dpsim.sim.limits import MAX_DEVICES_PER_NODE, MAX_NICS_PER_NODE, MAX_NODES, WorldSize
 
 
 @dataclass(frozen=True)
@@ -30,29 +31,21 @@ class Cluster:
 
     name: str
     device: Device
-    devices_per_node: int
-    n_nodes: int
+    devices_per_node: Annotated[int, Int(1, MAX_DEVICES_PER_NODE)]
+    n_nodes: Annotated[int, Int(1, MAX_NODES)]
     intra_node: Link  # between devices of one node (NVLink, PCIe, shared memory)
     inter_node: Link | None = None  # one NIC (InfiniBand, RoCE, EFA, Ethernet); None: one node
-    nics_per_node: int = 0  # NICs of `inter_node` per node; 0 = one per device
+    nics_per_node: Annotated[int, Int(0, MAX_NICS_PER_NODE)] = 0  # NICs of `inter_node` per
+    # node; 0 = one per device
     nvls: bool = False  # in-switch reduction (NVLink SHARP, H100/H200/B200 NVSwitch)
     rail_optimized: bool = True  # NIC i of every node on leaf switch i (see above)
 
     def __post_init__(self) -> None:
-        require_type("name", self.name, str)
-        require_type("device", self.device, Device)
-        require_int("devices_per_node", self.devices_per_node, 1, MAX_DEVICES_PER_NODE)
-        require_int("n_nodes", self.n_nodes, 1, MAX_NODES)
-        require_type("intra_node", self.intra_node, Link)
-        if self.inter_node is not None:
-            require_type("inter_node", self.inter_node, Link)
+        check_fields(self)
         if self.n_nodes > 1 and self.inter_node is None:
             raise ValueError(
                 f"inter_node=None with n_nodes={self.n_nodes}; give an inter-node Link"
             )
-        require_int("nics_per_node", self.nics_per_node, 0, MAX_NICS_PER_NODE)
-        require_bool("nvls", self.nvls)
-        require_bool("rail_optimized", self.rail_optimized)
 
     @property
     def nics(self) -> int:
@@ -64,9 +57,13 @@ class Cluster:
         """Total number of devices."""
         return self.devices_per_node * self.n_nodes
 
-    def with_devices(self, n_devices: int) -> Cluster:
+    @checked
+    def with_devices(self, n_devices: WorldSize) -> Cluster:
         """The same kind of cluster resized to `n_devices` (filling nodes first)."""
-        require_int("n_devices", n_devices, 1, self.devices_per_node * MAX_NODES)
+        if n_devices > self.devices_per_node * MAX_NODES:
+            raise ValueError(f"n_devices={n_devices!r} is out of range; allowed >= 1 and <= "
+                             f"{self.devices_per_node * MAX_NODES} ({MAX_NODES} nodes of "
+                             f"{self.devices_per_node})")
         if n_devices <= self.devices_per_node:
             return replace(self, devices_per_node=n_devices, n_nodes=1)
         n_nodes = math.ceil(n_devices / self.devices_per_node)

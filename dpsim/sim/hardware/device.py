@@ -12,22 +12,15 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Annotated
 
-from dpsim.sim.checks import (
-    Int,
-    require_choice,
-    require_finite,
-    require_int,
-    require_type,
-)
+from dpsim.sim.checks import Int, OneOf, Real, check_fields, checked
 from dpsim.sim.hardware.gpu_specs import SPECS, match_name
 from dpsim.sim.limits import (
     MAX_CORES,
     MAX_MEMORY_GIB,
-    MAX_OVERHEAD_US,
-    MAX_RATE,
     MIN_EFFICIENCY,
-    MIN_RATE,
     GiB,
+    Microseconds,
+    Rate,
 )
 
 
@@ -36,32 +29,27 @@ class Device:
     """One accelerator (or a CPU socket used as one)."""
 
     name: str
-    kind: str  # "gpu" or "cpu"
-    memory_GiB: float  # usable device memory
-    fp32_tflops: float  # dense fp32 peak (TF32 off)
-    bf16_tflops: float  # dense bf16/fp16 peak (tensor cores on GPUs)
-    mem_bw_GBps: float  # device memory bandwidth, GB/s
-    op_overhead_us: float = 10.0  # fixed cost per operator: Python dispatch + kernel launch
-    efficiency: float = 0.6  # fraction of peak FLOP/s reached by large matmuls
+    kind: Annotated[str, OneOf(("gpu", "cpu"))]  # "gpu" or "cpu"
+    memory_GiB: Annotated[float, Real(0, MAX_MEMORY_GIB, low_inclusive=False)]  # usable
+    # device memory
+    fp32_tflops: Rate  # dense fp32 peak (TF32 off)
+    bf16_tflops: Rate  # dense bf16/fp16 peak (tensor cores on GPUs)
+    mem_bw_GBps: Rate  # device memory bandwidth, GB/s
+    op_overhead_us: Microseconds = 10.0  # fixed cost per operator: Python dispatch + kernel launch
+    # fraction of peak FLOP/s reached by large matmuls
+    efficiency: Annotated[float, Real(MIN_EFFICIENCY, 1)] = 0.6
 
     def __post_init__(self) -> None:
-        require_type("name", self.name, str)
-        require_choice("kind", self.kind, ("gpu", "cpu"))
-        require_finite("memory_GiB", self.memory_GiB, 0, MAX_MEMORY_GIB, low_inclusive=False)
-        require_finite("fp32_tflops", self.fp32_tflops, MIN_RATE, MAX_RATE)
-        require_finite("bf16_tflops", self.bf16_tflops, MIN_RATE, MAX_RATE)
-        require_finite("mem_bw_GBps", self.mem_bw_GBps, MIN_RATE, MAX_RATE)
-        require_finite("op_overhead_us", self.op_overhead_us, 0, MAX_OVERHEAD_US)
-        require_finite("efficiency", self.efficiency, MIN_EFFICIENCY, 1)
+        check_fields(self)
 
     @property
     def memory_bytes(self) -> int:
         """Usable memory in bytes."""
         return int(self.memory_GiB * GiB)
 
-    def tflops(self, dtype: str) -> float:
+    @checked
+    def tflops(self, dtype: Annotated[str, OneOf(("fp32", "bf16", "fp16"))]) -> float:
         """Peak dense TFLOP/s for `dtype` ("fp32", "bf16" or "fp16")."""
-        require_choice("dtype", dtype, ("fp32", "bf16", "fp16"))
         return self.fp32_tflops if dtype == "fp32" else self.bf16_tflops
 
 
@@ -105,11 +93,10 @@ DEVICES: dict[str, Device] = {
 }
 
 
-def get_device(name: str) -> Device:
+def get_device(name: Annotated[str, OneOf((*DEVICES, "this-cpu"))]) -> Device:
     """A device preset by name (see DEVICES), or "this-cpu" for this machine's CPU."""
     if name == "this-cpu":
         return cpu_device()
-    require_choice("name", name, [*DEVICES, "this-cpu"])
     return DEVICES[name]
 
 
@@ -134,13 +121,11 @@ def device_for_name(cuda_name: str,
     return replace(preset, name=cuda_name, memory_GiB=memory)
 
 
-def cpu_device(n_cores: int | None = None) -> Device:
+def cpu_device(n_cores: Annotated[int, Int(1, MAX_CORES)] | None = None) -> Device:
     """This machine's CPU with nominal (uncalibrated) throughput: ~50 GFLOP/s fp32 per core.
 
     `n_cores` (1..MAX_CORES) overrides the number of cores; None counts this machine's.
     """
-    if n_cores is not None:
-        require_int("n_cores", n_cores, 1, MAX_CORES)
     cores = n_cores or os.cpu_count() or 1
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GiB

@@ -9,9 +9,10 @@ the achieved link a process group sees.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from dpsim.sim.checks import require_choice, require_finite, require_type
-from dpsim.sim.limits import MAX_OVERHEAD_US, MAX_RATE, MIN_RATE
+from dpsim.sim.checks import OneOf, check_fields
+from dpsim.sim.limits import Microseconds, Rate
 
 # What a link is; "generic" means its numbers are already what a collective achieves.
 LINK_KINDS = ("generic", "nvlink", "pcie", "infinity_fabric", "infiniband", "roce", "efa",
@@ -24,15 +25,13 @@ class Link:
     """A point-to-point link; bandwidth is per direction."""
 
     name: str
-    bandwidth_GBps: float  # per direction: per device (intra-node) or per NIC (network)
-    latency_us: float  # per message, one hop (alpha in the alpha-beta model)
-    kind: str = "generic"  # one of LINK_KINDS; "generic" = numbers already achieved
+    bandwidth_GBps: Rate  # per direction: per device (intra-node) or per NIC (network)
+    latency_us: Microseconds  # per message, one hop (alpha in the alpha-beta model)
+    kind: Annotated[str, OneOf(LINK_KINDS)] = "generic"  # one of LINK_KINDS; "generic" =
+    # numbers already achieved
 
     def __post_init__(self) -> None:
-        require_type("name", self.name, str)
-        require_finite("bandwidth_GBps", self.bandwidth_GBps, MIN_RATE, MAX_RATE)
-        require_finite("latency_us", self.latency_us, 0, MAX_OVERHEAD_US)
-        require_choice("kind", self.kind, LINK_KINDS)
+        check_fields(self)
 
 
 # --- presets ------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ cabling) except "h100-eth-4", an example of a cloud Ethernet fabric that is not.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Annotated
 
-from dpsim.sim.checks import require_choice
+from dpsim.sim.checks import OneOf
 from dpsim.sim.hardware.cluster import Cluster
 from dpsim.sim.hardware.device import (
     A100_40GB,
@@ -146,7 +147,6 @@ def _clusters() -> dict[str, Cluster]:
 CLUSTERS: dict[str, Cluster] = _clusters()
 
 
-def get_cluster(name: str) -> Cluster:
+def get_cluster(name: Annotated[str, OneOf(lambda: CLUSTERS)]) -> Cluster:
     """A cluster preset by name (see CLUSTERS; `dpsim.runtime.machine.detect` for this one)."""
-    require_choice("name", name, CLUSTERS)
     return CLUSTERS[name]
