@@ -7,14 +7,23 @@ each category a device held at a time). Times are seconds from the start of the 
 from __future__ import annotations
 
 import operator
+import reprlib
 from collections import defaultdict
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from dpsim.sim.checks import require_choice, require_finite, require_int, require_type, within
-from dpsim.sim.limits import MAX_DEVICE, MAX_SECONDS, MAX_TOTAL_BYTES
+from dpsim.sim.checks import Each, Instance, OneOf, check_fields, checked, within
+from dpsim.sim.limits import (
+    MAX_COUNT,
+    MAX_DEVICE,
+    MAX_SECONDS,
+    MAX_TOTAL_BYTES,
+    DeviceIndex,
+    Seconds,
+    TotalBytes,
+)
 
 T = TypeVar("T")
 _PLAIN = (int, float)  # exact types of a time that take the fast path (not bool)
@@ -26,12 +35,12 @@ SOURCES = ("simulated", "measured", "re-enacted")  # re-enacted: real torch ops,
 class Event:
     """One interval of work on one device and stream."""
 
-    device: int  # rank or device index
+    device: DeviceIndex  # rank or device index
     stream: str  # "compute", "comm", "python", ...
     kind: str  # "forward", "backward", "optimizer", "all_reduce", "scatter", ...
-    start_s: float
-    end_s: float
-    nbytes: int = 0  # bytes moved (communication) or touched
+    start_s: Seconds
+    end_s: Seconds
+    nbytes: TotalBytes = 0  # bytes moved (communication) or touched
     label: str = ""  # e.g. the layer or bucket name
 
     def __post_init__(self) -> None:
@@ -41,13 +50,7 @@ class Event:
                 and 0 <= self.nbytes <= MAX_TOTAL_BYTES and type(self.start_s) in _PLAIN
                 and type(self.end_s) in _PLAIN and 0 <= self.start_s <= self.end_s <= MAX_SECONDS):
             return  # the common case: every field plain and in range
-        require_int("device", self.device, 0, MAX_DEVICE)
-        require_type("stream", self.stream, str)
-        require_type("kind", self.kind, str)
-        require_finite("start_s", self.start_s, 0, MAX_SECONDS)
-        require_finite("end_s", self.end_s, 0, MAX_SECONDS)
-        require_int("nbytes", self.nbytes, 0, MAX_TOTAL_BYTES)
-        require_type("label", self.label, str)
+        check_fields(self)
         if self.end_s < self.start_s:
             raise ValueError(
                 f"end_s={self.end_s} is before start_s={self.start_s}; allowed: end_s >= start_s"
@@ -63,10 +66,10 @@ class Event:
 class MemorySample:
     """Bytes of one category held by one device from `time_s` on."""
 
-    device: int
-    time_s: float
+    device: DeviceIndex
+    time_s: Seconds
     category: str  # "parameters", "gradients", "optimizer", "activations", ...
-    nbytes: int
+    nbytes: TotalBytes
 
     def __post_init__(self) -> None:
         if (type(self.device) is int and 0 <= self.device <= MAX_DEVICE
@@ -74,10 +77,7 @@ class MemorySample:
                 and 0 <= self.nbytes <= MAX_TOTAL_BYTES and type(self.time_s) in _PLAIN
                 and 0 <= self.time_s <= MAX_SECONDS):
             return  # the common case
-        require_int("device", self.device, 0, MAX_DEVICE)
-        require_finite("time_s", self.time_s, 0, MAX_SECONDS)
-        require_type("category", self.category, str)
-        require_int("nbytes", self.nbytes, 0, MAX_TOTAL_BYTES)
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -93,37 +93,36 @@ class SimState:
 class Trace:
     """Events and memory samples of one run, simulated or measured."""
 
-    source: str = "simulated"  # one of SOURCES
-    events: list[Event] = field(default_factory=list)
-    memory: list[MemorySample] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)  # labels of the run (strategy, workload)
+    source: Annotated[str, OneOf(SOURCES)] = "simulated"  # one of SOURCES
+    events: Annotated[list[Event], Each(Instance(Event), 0, MAX_COUNT)] = field(
+        default_factory=list)
+    memory: Annotated[list[MemorySample], Each(Instance(MemorySample), 0, MAX_COUNT)] = field(
+        default_factory=list)
+    # labels of the run (strategy, workload)
+    meta: Annotated[dict[str, Any], Instance(dict)] = field(default_factory=dict)
     state: SimState | None = None  # the simulator's typed state (None: measured or loaded)
 
     def __post_init__(self) -> None:
-        require_choice("source", self.source, SOURCES)
-        require_type("events", self.events, list)
-        for i, event in enumerate(self.events):
-            require_type(f"events[{i}]", event, Event)
-        require_type("memory", self.memory, list)
-        for i, sample in enumerate(self.memory):
-            require_type(f"memory[{i}]", sample, MemorySample)
-        require_type("meta", self.meta, dict)
-        if self.state is not None:
-            require_type("state", self.state, SimState)
+        check_fields(self)
+        for name in ("events", "memory"):  # add and sample append to them
+            if not isinstance(getattr(self, name), list):
+                raise ValueError(f"{name}={reprlib.repr(getattr(self, name))} is not a list; "
+                                 "give a list")
 
     # --- building ----------------------------------------------------------------------
     def add(self, event: Event) -> Event:
         """Append an event and return it."""
-        if type(event) is not Event:
-            require_type("event", event, Event)
+        if type(event) is not Event:  # the common case skips the check
+            Instance(Event)("event", event)
         self.events.append(event)
         return event
 
     def sample(self, device: int, time_s: float, category: str, nbytes: float) -> None:
         """Record that `device` holds `nbytes` of `category` from `time_s` on (a float is
-        truncated to whole bytes)."""
+        truncated to whole bytes; MemorySample checks each field)."""
         if isinstance(nbytes, float):
-            nbytes = int(require_finite("nbytes", nbytes, 0, MAX_TOTAL_BYTES))
+            if 0 <= nbytes <= MAX_TOTAL_BYTES:
+                nbytes = int(nbytes)
         elif not isinstance(nbytes, (bool, int)):
             with suppress(TypeError):  # numpy and torch integers become ints, as int() did
                 nbytes = operator.index(nbytes)
@@ -140,15 +139,10 @@ class Trace:
         """Time of the last event end (0 for an empty trace)."""
         return max((e.end_s for e in self.events), default=0.0)
 
-    def filter(
-        self, device: int | None = None, stream: str | None = None, kind: str | None = None
-    ) -> list[Event]:
+    @checked
+    def filter(self, device: DeviceIndex | None = None, stream: str | None = None,
+               kind: str | None = None) -> list[Event]:
         """Events matching every given field."""
-        _query(device, stream=stream, kind=kind)
-        return self._filter(device, stream, kind)
-
-    def _filter(self, device: int | None, stream: str | None = None,
-                kind: str | None = None) -> list[Event]:
         return [
             e
             for e in self.events
@@ -157,16 +151,15 @@ class Trace:
             and (kind is None or e.kind == kind)
         ]
 
-    def busy_s(self, device: int, stream: str) -> float:
+    @checked
+    def busy_s(self, device: DeviceIndex, stream: str) -> float:
         """Seconds in which `stream` on `device` has at least one event (overlaps merged)."""
-        _query(device, required=True)
-        require_type("stream", stream, str)
-        spans = sorted((e.start_s, e.end_s) for e in self._filter(device, stream))
+        spans = sorted((e.start_s, e.end_s) for e in self.filter(device, stream))
         return _union_length(spans)
 
-    def memory_timeline(self, device: int) -> list[tuple[float, dict[str, int]]]:
+    @checked
+    def memory_timeline(self, device: DeviceIndex) -> list[tuple[float, dict[str, int]]]:
         """(time_s, bytes per category) after each change on `device`, in time order."""
-        _query(device, required=True)
         current: dict[str, int] = {}
         out: list[tuple[float, dict[str, int]]] = []
         for m in sorted((m for m in self.memory if m.device == device), key=lambda m: m.time_s):
@@ -188,11 +181,11 @@ class Trace:
             return {}
         return dict(max(timeline, key=lambda tc: sum(tc[1].values()))[1])
 
-    def totals_by_kind(self, device: int | None = None) -> dict[str, float]:
+    @checked
+    def totals_by_kind(self, device: DeviceIndex | None = None) -> dict[str, float]:
         """Seconds of events per kind (not overlap-merged)."""
-        _query(device)
         out: dict[str, float] = defaultdict(float)
-        for e in self._filter(device):
+        for e in self.filter(device):
             out[e.kind] += e.duration_s
         return dict(out)
 
@@ -207,23 +200,26 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Trace:
+    @checked
+    def from_dict(cls, data: Annotated[dict[str, Any], Instance(dict)]) -> Trace:
         """Inverse of to_dict."""
-        require_type("data", data, dict)
-        return cls(
-            source=require_choice("data['source']", data.get("source", "simulated"), SOURCES),
-            events=_rebuild(Event, "data['events']", data.get("events", [])),
-            memory=_rebuild(MemorySample, "data['memory']", data.get("memory", [])),
-            meta=dict(require_type("data['meta']", data.get("meta", {}), dict)),
-        )
+        events = _rebuild(Event, "data['events']", data.get("events", []))
+        memory = _rebuild(MemorySample, "data['memory']", data.get("memory", []))
+        meta = data.get("meta", {})
+        try:
+            return cls(source=data.get("source", "simulated"), events=events, memory=memory,
+                       meta=dict(meta) if isinstance(meta, dict) else meta)
+        except ValueError as err:  # name the key of `data`: data['source']=...
+            key, _, rest = str(err).partition("=")
+            raise ValueError(f"data[{key!r}]={rest}") from None
 
 
 def _rebuild(cls: type[T], key: str, rows: object) -> list[T]:
     """Events or memory samples from the dicts of `to_dict`, each error naming its row."""
-    checked: list[Any] = require_type(key, rows, list)  # type: ignore[arg-type]
+    if not isinstance(rows, list):
+        raise ValueError(f"{key}={reprlib.repr(rows)} is not a list; give a list of dicts")
     out = []
-    for i, row in enumerate(checked):
-        require_type(f"{key}[{i}]", row, dict)
+    for i, row in enumerate(rows):
         try:
             with within(f"{key}[{i}]"):
                 out.append(cls(**row))
@@ -232,15 +228,6 @@ def _rebuild(cls: type[T], key: str, rows: object) -> list[T]:
             raise ValueError(f"{key}[{i}]={row!r} does not have the fields of a "
                              f"{cls.__name__}; allowed: {names}") from None
     return out
-
-
-def _query(device: int | None, *, required: bool = False, **names: str | None) -> None:
-    """Check the arguments of a reading method: a device index, stream and kind names."""
-    if device is not None or required:
-        require_int("device", device, 0, MAX_DEVICE)  # type: ignore[arg-type]
-    for key, name in names.items():
-        if name is not None:
-            require_type(key, name, str)
 
 
 def _union_length(spans: Iterable[tuple[float, float]]) -> float:
