@@ -126,7 +126,7 @@ class Trace:
         elif not isinstance(nbytes, (bool, int)):
             with suppress(TypeError):  # numpy and torch integers become ints, as int() did
                 nbytes = operator.index(nbytes)
-        self.memory.append(MemorySample(device, time_s, category, nbytes))
+        self.memory.append(MemorySample(device, time_s, category, nbytes))  # type: ignore[arg-type]
 
     # --- reading -----------------------------------------------------------------------
     @property
