@@ -634,6 +634,20 @@ def test_choose_backend_one_rule_for_launch_and_torchrun() -> None:
         choose_backend("mpi", 2)
 
 
+def test_cpu_tensors_get_gloo_whatever_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """device="cpu": "auto" is gloo even with a GPU per rank (NCCL serves CUDA only)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+    assert choose_backend("auto", 2) == "nccl"
+    assert choose_backend("auto", 2, device="cpu") == "gloo"
+    assert choose_backend("gloo", 2, device="cpu") == "gloo"
+    with pytest.raises(ValueError, match="NCCL serves CUDA tensors only"):
+        choose_backend("nccl", 2, device="cpu")
+    with pytest.raises(ValueError, match="device='cuda:0' is not known"):
+        choose_backend("auto", 2, device="cuda:0")
+
+
 def test_transient_join_failures_start_the_group_again(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:

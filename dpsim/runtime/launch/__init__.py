@@ -41,7 +41,7 @@ ship), `ports` (the rendezvous store and free ports), `backend` (choosing gloo o
 
 from __future__ import annotations
 
-from dpsim.runtime.launch.backend import BACKENDS, choose_backend
+from dpsim.runtime.launch.backend import BACKENDS, DEVICES, choose_backend
 from dpsim.runtime.launch.errors import (
     DeadlockError,
     LaunchError,
@@ -53,6 +53,7 @@ from dpsim.runtime.launch.ports import free_port
 
 __all__ = [
     "BACKENDS",
+    "DEVICES",
     "MAX_WORLD_SIZE",
     "DeadlockError",
     "LaunchError",

@@ -69,6 +69,7 @@ def launch(
     args: tuple[Any, ...] = (),
     kwargs: dict[str, Any] | None = None,
     backend: str = "auto",
+    device: str = "auto",
     timeout_s: float = 120.0,
     master_addr: str = "127.0.0.1",
     env: dict[str, str] | None = None,
@@ -79,7 +80,10 @@ def launch(
     server that imported torch, or spawned) in which the default process group is
     initialised when `fn` starts (`backend`: "gloo", "nccl", or "auto" = nccl when there is
     one GPU per rank, else gloo; with nccl, rank r uses cuda:r) and destroyed after `fn`
-    returns. `fn`, `args`, `kwargs` and the return values travel with dill.
+    returns. `device`: where `fn` keeps its tensors: "cpu" makes "auto" gloo even where
+    there are GPUs (NCCL serves CUDA tensors only); "auto" when `fn` follows the group
+    (cuda:<rank> when `dist.get_backend() == "nccl"`, else the CPU). The rule is
+    `backend.choose_backend`. `fn`, `args`, `kwargs` and the return values travel with dill.
 
     `world_size`: 1..64 ranks. `timeout_s`: seconds (> 0, may be inf) for the whole
     launch, start-up (forked: about 0.1 s for 2 ranks, after the fork server's first
@@ -101,7 +105,7 @@ def launch(
     _check_call(fn, args, kwargs, master_addr)
     user_env = _check_env(env)
     payload = _ship(fn, args, kwargs)
-    resolved = choose_backend(backend, world_size)
+    resolved = choose_backend(backend, world_size, device=device)
     sources = interactive_sources()
     base_env = _network_env(master_addr, resolved)
     base_env.update(user_env)
