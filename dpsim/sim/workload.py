@@ -9,12 +9,14 @@ type (see SAVES), excluding parameters; FLOPs count forward multiply-adds as 2 F
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int, require_type
-from dpsim.sim.limits import MAX_COUNT, MAX_DIM, MAX_FLOPS, MAX_LAYERS
+from dpsim.sim.checks import Each, Instance, Int, OneOf, Real, check_fields, checked
+from dpsim.sim.limits import MAX_COUNT, MAX_DIM, MAX_FLOPS, MAX_LAYERS, Count
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+Dtype = Annotated[str, OneOf(tuple(DTYPE_BYTES))]  # a key of DTYPE_BYTES
+Dim = Annotated[int, Int(1, MAX_DIM)]  # a hidden size, a sequence length, a vocabulary
 
 # Bounds: every count of a Layer or a Workload (parameters, tensors, bytes, samples) is at most
 # MAX_COUNT, also summed over the layers; a layer does at most MAX_FLOPS forward FLOPs per
@@ -51,20 +53,14 @@ class Layer:
 
     name: str
     kind: str  # module class name, e.g. "Linear"
-    n_params: int
-    n_param_tensors: int
-    activation_bytes: int  # bytes kept for backward per sample, at the capture dtype
-    output_bytes: int  # bytes of the output per sample
-    flops: float  # forward FLOPs per sample
+    n_params: Count
+    n_param_tensors: Count
+    activation_bytes: Count  # bytes kept for backward per sample, at the capture dtype
+    output_bytes: Count  # bytes of the output per sample
+    flops: Annotated[float, Real(0, MAX_FLOPS)]  # forward FLOPs per sample
 
     def __post_init__(self) -> None:
-        require_type("name", self.name, str)
-        require_type("kind", self.kind, str)
-        require_int("n_params", self.n_params, 0, MAX_COUNT)
-        require_int("n_param_tensors", self.n_param_tensors, 0, MAX_COUNT)
-        require_int("activation_bytes", self.activation_bytes, 0, MAX_COUNT)
-        require_int("output_bytes", self.output_bytes, 0, MAX_COUNT)
-        require_finite("flops", self.flops, 0, MAX_FLOPS)
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -72,26 +68,23 @@ class Workload:
     """A model as the simulator sees it."""
 
     name: str
-    layers: tuple[Layer, ...]
-    dtype: str = "fp32"  # dtype in which activation and output bytes were counted
-    input_bytes: int = 0  # bytes of one input sample
-    loss_bytes: int = 0  # bytes the loss keeps for backward, per sample
-    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    layers: Annotated[tuple[Layer, ...], Each(Instance(Layer), 0, MAX_COUNT)]
+    dtype: Dtype = "fp32"  # dtype in which activation and output bytes were counted
+    input_bytes: Count = 0  # bytes of one input sample
+    loss_bytes: Count = 0  # bytes the loss keeps for backward, per sample
+    meta: Annotated[dict[str, Any], Instance(dict)] = field(default_factory=dict,
+                                                            compare=False)
 
     def __post_init__(self) -> None:
-        require_type("name", self.name, str)
-        require_type("layers", self.layers, (tuple, list))
-        for i, layer in enumerate(self.layers):
-            require_type(f"layers[{i}]", layer, Layer)
-        require_choice("dtype", self.dtype, DTYPE_BYTES)
-        require_int("input_bytes", self.input_bytes, 0, MAX_COUNT)
-        require_int("loss_bytes", self.loss_bytes, 0, MAX_COUNT)
-        require_type("meta", self.meta, dict)
+        check_fields(self)
         # totals over the layers stay within the bounds of one layer's counts
-        require_int("sum(layers[*].n_params)", self.n_params, 0, MAX_COUNT)
-        require_int("sum(layers[*].n_param_tensors)", self.n_param_tensors, 0, MAX_COUNT)
-        require_int("sum(layers[*].activation_bytes) + loss_bytes", self._act_per_sample(), 0,
-                    MAX_COUNT)
+        for total, value in (("sum(layers[*].n_params)", self.n_params),
+                             ("sum(layers[*].n_param_tensors)", self.n_param_tensors),
+                             ("sum(layers[*].activation_bytes) + loss_bytes",
+                              self._act_per_sample())):
+            if value > MAX_COUNT:
+                raise ValueError(f"{total}={value} is out of range; allowed >= 0 and <= "
+                                 f"{MAX_COUNT}")
 
     def _act_per_sample(self) -> int:
         return sum(layer.activation_bytes for layer in self.layers) + self.loss_bytes
@@ -116,14 +109,14 @@ class Workload:
         """Forward + backward FLOPs per sample (backward ~ 2x forward)."""
         return 3.0 * self.flops_per_sample
 
-    def activation_bytes(self, batch_size: int, dtype: str | None = None) -> int:
+    @checked
+    def activation_bytes(self, batch_size: Count, dtype: Dtype | None = None) -> int:
         """Bytes kept for backward by a batch, including the loss's, in `dtype`."""
-        require_int("batch_size", batch_size, 0, MAX_COUNT)
         return int(self._act_per_sample() * batch_size * _scale(self.dtype, dtype))
 
-    def output_bytes(self, batch_size: int, dtype: str | None = None) -> int:
+    @checked
+    def output_bytes(self, batch_size: Count, dtype: Dtype | None = None) -> int:
         """Bytes of the model's output for a batch (what DataParallel gathers)."""
-        require_int("batch_size", batch_size, 0, MAX_COUNT)
         last = self.layers[-1].output_bytes if self.layers else 0
         return int(last * batch_size * _scale(self.dtype, dtype))
 
@@ -132,7 +125,6 @@ class Workload:
 def _scale(captured: str, wanted: str | None) -> float:
     if wanted is None:
         return 1.0
-    require_choice("dtype", wanted, DTYPE_BYTES)
     return DTYPE_BYTES[wanted] / DTYPE_BYTES[captured]
 
 
@@ -141,13 +133,13 @@ def _scale(captured: str, wanted: str | None) -> float:
 
 def transformer(
     name: str,
-    n_layers: int,
-    d_model: int,
-    n_heads: int,
-    seq_len: int,
-    vocab: int,
-    d_ff: int | None = None,
-    n_kv_heads: int | None = None,
+    n_layers: Annotated[int, Int(1, MAX_LAYERS)],
+    d_model: Dim,
+    n_heads: Dim,
+    seq_len: Dim,
+    vocab: Dim,
+    d_ff: Dim | None = None,
+    n_kv_heads: Dim | None = None,
     gated_mlp: bool = False,
 ) -> Workload:
     """A decoder-only transformer, per sample of `seq_len` tokens, activations in bf16.
@@ -157,8 +149,12 @@ def transformer(
     d_model, seq_len, vocab and d_ff (default 4 * d_model) in 1..MAX_DIM; n_heads in
     1..d_model; n_kv_heads (default n_heads) in 1..n_heads.
     """
-    _check_transformer(name, n_layers, d_model, n_heads, seq_len, vocab, d_ff, n_kv_heads,
-                       gated_mlp)
+    if n_heads > d_model:
+        raise ValueError(f"n_heads={n_heads!r} is more than d_model={d_model}; allowed: "
+                         "1..d_model (a head has at least one dimension)")
+    if n_kv_heads is not None and n_kv_heads > n_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads!r} is out of range; allowed >= 1 and <= "
+                         f"{n_heads} (n_heads)")
     d_ff = d_ff or 4 * d_model
     kv = n_kv_heads or n_heads
     d_kv = d_model * kv // n_heads
@@ -184,24 +180,6 @@ def transformer(
     return Workload(name, tuple(layers), dtype="bf16", input_bytes=8 * s, loss_bytes=4 * s * vocab,
                     meta={"seq_len": seq_len, "d_model": d_model, "n_layers": n_layers,
                           "formula": "transformer"})
-
-
-def _check_transformer(name: str, n_layers: int, d_model: int, n_heads: int, seq_len: int,
-                       vocab: int, d_ff: int | None, n_kv_heads: int | None,
-                       gated_mlp: bool) -> None:
-    require_type("name", name, str)
-    require_int("n_layers", n_layers, 1, MAX_LAYERS)
-    for fname, val in (("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len),
-                       ("vocab", vocab)):
-        require_int(fname, val, 1, MAX_DIM)
-    if n_heads > d_model:
-        raise ValueError(f"n_heads={n_heads!r} is more than d_model={d_model}; allowed: "
-                         "1..d_model (a head has at least one dimension)")
-    if d_ff is not None:
-        require_int("d_ff", d_ff, 1, MAX_DIM)
-    if n_kv_heads is not None:
-        require_int("n_kv_heads", n_kv_heads, 1, n_heads)
-    require_bool("gated_mlp", gated_mlp)
 
 
 def resnet50() -> Workload:
@@ -235,8 +213,7 @@ def _presets() -> dict[str, Any]:
 PRESETS = tuple(_presets())
 
 
-def get_workload(name: str) -> Workload:
+def get_workload(name: Annotated[str, OneOf(PRESETS)]) -> Workload:
     """A preset workload by name (see PRESETS)."""
-    require_choice("name", name, PRESETS)
     workload: Workload = _presets()[name]()
     return workload
