@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpsim.sim.cost.compute_contention import comm_overlaps_compute, spare_cores
+from dpsim.sim import comm_overlaps_compute
+from dpsim.sim.cost.compute_contention import spare_cores
 
 
 def test_two_single_thread_ranks_on_two_cores_leave_no_core_for_communication() -> None:

@@ -12,15 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsim.runtime import gil_measure
-from dpsim.sim.cost.gil import (
-    GILConfig,
-    predict_speedup,
-    predict_time_s,
-    schedule,
-    simulate,
-    speedup_curve,
-    thread_segments,
-)
+from dpsim.sim import GILConfig, predict_speedup, schedule
+from dpsim.sim import simulate_gil as simulate
+from dpsim.sim.cost.gil import predict_time_s, speedup_curve, thread_segments
 from dpsim.viz.gil import gil_timeline, speedup_chart
 
 GIL_ON = gil_measure.gil_status()["gil_enabled"]

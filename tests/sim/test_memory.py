@@ -1,12 +1,7 @@
 import pytest
 
-from dpsim.sim.cost.memory import (
-    bytes_per_param,
-    max_batch_size,
-    model_state_bytes,
-    predict_single,
-    zero_bytes_per_device,
-)
+from dpsim.sim import max_batch_size, model_state_bytes, predict_single, zero_bytes_per_device
+from dpsim.sim.cost.memory import bytes_per_param
 from dpsim.sim.workload import Workload
 
 

@@ -7,19 +7,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpsim.sim import (
+    checkpointed_activation_bytes,
+    max_params_that_fit,
+    precision_bytes_per_param,
+    zero_bytes_per_device,
+)
 from dpsim.sim.cost.fsdp_shards import (
     fsdp_padded_shard_numel,
     fsdp_rank_bytes,
     fsdp_shard_numel,
     fsdp_shard_rows,
 )
-from dpsim.sim.cost.memory import (
-    checkpointed_activation_bytes,
-    max_params_that_fit,
-    precision_bytes_per_param,
-    zero_bytes_per_device,
-    zero_sharded_fraction,
-)
+from dpsim.sim.cost.memory import zero_sharded_fraction
 from dpsim.sim.workload import get_workload
 
 

@@ -10,20 +10,20 @@ from torch import nn
 from dpsim.labs.ch09_precision.precision_measure import autocast_step
 from dpsim.runtime.measure import model_state_breakdown
 from dpsim.runtime.models.tiny_transformer import tiny_transformer, token_batch
-from dpsim.sim.cost.memory import MemoryBreakdown, zero_bytes_per_device
-from dpsim.sim.cost.precision import (
+from dpsim.sim import (
     POLICIES,
-    fsdp_policy_rank_bytes,
-    offloaded,
+    MemoryBreakdown,
+    get_cluster,
+    plan,
     policy_bytes_per_param,
     policy_model_state_bytes,
     precision_policy,
     scheme_table,
-    zero_stage_bytes,
+    zero1_optimizer_bytes,
+    zero1_partition,
+    zero_bytes_per_device,
 )
-from dpsim.sim.cost.zero_partition import zero1_optimizer_bytes, zero1_partition
-from dpsim.sim.hardware import get_cluster
-from dpsim.sim.planner import plan
+from dpsim.sim.cost.precision import fsdp_policy_rank_bytes, offloaded, zero_stage_bytes
 from dpsim.sim.strategies.fsdp import FSDPConfig, simulate, step_result, summary
 from dpsim.sim.workload import get_workload
 from tests.support.bad_input import raises_naming, wrong

@@ -7,10 +7,9 @@ simulated timeline uses the same compute model.
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_choice, require_int, require_type
-from dpsim.sim.cost.memory import OPTIMIZERS
+from dpsim.sim.cost.memory import Dtype, Optimizer
 from dpsim.sim.hardware import Device
-from dpsim.sim.limits import MAX_COUNT
+from dpsim.sim.limits import Count
 from dpsim.sim.workload import DTYPE_BYTES, Layer, Workload
 
 OPS_PER_LAYER = 1  # operators a leaf layer dispatches in forward (backward: 2x)
@@ -22,28 +21,9 @@ def _roofline_s(flops: float, nbytes: float, device: Device, dtype: str) -> floa
     return max(compute, memory)
 
 
-def _check_layer_call(layer: Layer, batch_size: int, device: Device, dtype: str,
-                      captured_dtype: str) -> None:
-    if (type(layer) is Layer and type(batch_size) is int and 0 <= batch_size <= MAX_COUNT
-            and type(device) is Device and type(dtype) is str and dtype in DTYPE_BYTES
-            and type(captured_dtype) is str and captured_dtype in DTYPE_BYTES):
-        return  # the common case
-    require_type("layer", layer, Layer)
-    require_int("batch_size", batch_size, 0, MAX_COUNT)
-    require_type("device", device, Device)
-    require_choice("dtype", dtype, DTYPE_BYTES)
-    require_choice("captured_dtype", captured_dtype, DTYPE_BYTES)
-
-
-def forward_time_s(layer: Layer, batch_size: int, device: Device, dtype: str = "fp32",
-                   captured_dtype: str = "fp32") -> float:
+def forward_time_s(layer: Layer, batch_size: Count, device: Device, dtype: Dtype = "fp32",
+                   captured_dtype: Dtype = "fp32") -> float:
     """Seconds for one layer's forward pass on a batch."""
-    _check_layer_call(layer, batch_size, device, dtype, captured_dtype)
-    return _forward_s(layer, batch_size, device, dtype, captured_dtype)
-
-
-def _forward_s(layer: Layer, batch_size: int, device: Device, dtype: str,
-               captured_dtype: str) -> float:
     scale = DTYPE_BYTES[dtype] / DTYPE_BYTES[captured_dtype]
     nbytes = (layer.output_bytes + layer.activation_bytes) * batch_size * scale
     nbytes += layer.n_params * DTYPE_BYTES[dtype]
@@ -52,15 +32,9 @@ def _forward_s(layer: Layer, batch_size: int, device: Device, dtype: str,
         device.op_overhead_us * 1e-6)
 
 
-def backward_time_s(layer: Layer, batch_size: int, device: Device, dtype: str = "fp32",
-                    captured_dtype: str = "fp32") -> float:
+def backward_time_s(layer: Layer, batch_size: Count, device: Device, dtype: Dtype = "fp32",
+                    captured_dtype: Dtype = "fp32") -> float:
     """Seconds for one layer's backward pass: twice the forward's FLOPs and operators."""
-    _check_layer_call(layer, batch_size, device, dtype, captured_dtype)
-    return _backward_s(layer, batch_size, device, dtype, captured_dtype)
-
-
-def _backward_s(layer: Layer, batch_size: int, device: Device, dtype: str,
-                captured_dtype: str) -> float:
     scale = DTYPE_BYTES[dtype] / DTYPE_BYTES[captured_dtype]
     nbytes = 2 * (layer.output_bytes + layer.activation_bytes) * batch_size * scale
     nbytes += 2 * layer.n_params * DTYPE_BYTES[dtype]
@@ -69,17 +43,9 @@ def _backward_s(layer: Layer, batch_size: int, device: Device, dtype: str,
         device.op_overhead_us * 1e-6)
 
 
-def optimizer_time_s(n_params: int, n_param_tensors: int, device: Device,
-                     optimizer: str = "adam") -> float:
+def optimizer_time_s(n_params: Count, n_param_tensors: Count, device: Device,
+                     optimizer: Optimizer = "adam") -> float:
     """Seconds for an optimizer step: memory-bound reads and writes of every state (fp32)."""
-    require_int("n_params", n_params, 0, MAX_COUNT)
-    require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
-    require_type("device", device, Device)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    return _optimizer_s(n_params, n_param_tensors, device, optimizer)
-
-
-def _optimizer_s(n_params: int, n_param_tensors: int, device: Device, optimizer: str) -> float:
     touched = {"sgd": 3, "sgd_momentum": 5, "adam": 9, "adamw": 9}[optimizer]  # words per param
     nbytes = touched * 4 * n_params
     per_tensor = {"sgd": 1, "sgd_momentum": 2, "adam": 6, "adamw": 7}[optimizer]
@@ -87,17 +53,12 @@ def _optimizer_s(n_params: int, n_param_tensors: int, device: Device, optimizer:
         device.op_overhead_us * 1e-6)
 
 
-def step_compute_s(workload: Workload, batch_size: int, device: Device, dtype: str = "fp32",
-                   optimizer: str = "adam") -> float:
+def step_compute_s(workload: Workload, batch_size: Count, device: Device, dtype: Dtype = "fp32",
+                   optimizer: Optimizer = "adam") -> float:
     """Forward + backward + optimizer seconds for one training step on one device."""
-    require_type("workload", workload, Workload)
-    require_int("batch_size", batch_size, 0, MAX_COUNT)
-    require_type("device", device, Device)
-    require_choice("dtype", dtype, DTYPE_BYTES)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    fwd = sum(_forward_s(layer, batch_size, device, dtype, workload.dtype)
+    fwd = sum(forward_time_s(layer, batch_size, device, dtype, workload.dtype)
               for layer in workload.layers)
-    bwd = sum(_backward_s(layer, batch_size, device, dtype, workload.dtype)
+    bwd = sum(backward_time_s(layer, batch_size, device, dtype, workload.dtype)
               for layer in workload.layers)
-    return fwd + bwd + _optimizer_s(workload.n_params, workload.n_param_tensors, device,
-                                    optimizer)
+    return fwd + bwd + optimizer_time_s(workload.n_params, workload.n_param_tensors, device,
+                                        optimizer)

@@ -15,22 +15,22 @@ The decision is a count of threads against cores, nothing fitted.
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_choice, require_int
+from typing import Annotated
+
+from dpsim.sim.checks import Int, OneOf
 
 DEVICE_KINDS = ("cpu", "gpu")
+Cores = Annotated[int, Int(1, 1 << 16)]  # cores, ranks or threads of one host
 COMM_THREADS_PER_RANK = 1  # the thread that runs a rank's collectives (gloo's worker)
 
 
 def spare_cores(cores: int, ranks_per_host: int, threads_per_rank: int) -> int:
     """Cores left (possibly negative) once every rank's intra-op compute threads have one."""
-    require_int("cores", cores, 1, 1 << 16)
-    require_int("ranks_per_host", ranks_per_host, 1, 1 << 16)
-    require_int("threads_per_rank", threads_per_rank, 1, 1 << 16)
     return cores - ranks_per_host * threads_per_rank
 
 
-def comm_overlaps_compute(kind: str, cores: int, ranks_per_host: int,
-                          threads_per_rank: int) -> bool:
+def comm_overlaps_compute(kind: Annotated[str, OneOf(DEVICE_KINDS)], cores: Cores,
+                          ranks_per_host: Cores, threads_per_rank: Cores) -> bool:
     """True when a rank's communication can run beside its compute without slowing it.
 
     `kind`: the device kind ("gpu": always True; "cpu": True only when the host has a
@@ -38,6 +38,5 @@ def comm_overlaps_compute(kind: str, cores: int, ranks_per_host: int,
     cores; `ranks_per_host`: ranks sharing them; `threads_per_rank`: each rank's intra-op
     threads (torch.get_num_threads()).
     """
-    require_choice("kind", kind, DEVICE_KINDS)
     spare = spare_cores(cores, ranks_per_host, threads_per_rank)
     return kind == "gpu" or spare >= ranks_per_host * COMM_THREADS_PER_RANK

@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from dpsim.sim.checks import require_finite, require_int, require_range
+from dpsim.sim.checks import Int, Real, check_fields
 from dpsim.sim.cost.gil_limits import SEGMENT_KINDS as SEGMENT_KINDS
 from dpsim.sim.cost.gil_limits import Segment as Segment
 from dpsim.sim.cost.gil_limits import check_steps, check_threads
@@ -46,26 +47,27 @@ from dpsim.sim.trace import Event, Trace
 DEFAULT_SWITCH_INTERVAL_S = 0.005  # CPython's default sys.getswitchinterval()
 _EPS = 1e-12
 
+Threads = Annotated[int, Int(1, MAX_THREADS)]
+Cores = Annotated[int, Int(1, MAX_CORES)]
+Share = Annotated[float, Real(0, 1)]  # of a thread's work, under the GIL
+Interval = Annotated[float, Real(MIN_SWITCH_INTERVAL_S)]  # seconds, whole microseconds
+WorkSeconds = Annotated[float, Real(0, MAX_CPU_S, low_inclusive=False)]  # CPU seconds, > 0
+Ops = Annotated[int, Int(1, 1_000_000)]
+
 
 @dataclass(frozen=True)
 class GILConfig:
     """N identical threads whose work alternates between Python (GIL) and C (no GIL)."""
 
-    n_threads: int = 2  # threads started together
-    work_s: float = 0.1  # CPU seconds of work per thread when it runs alone
-    gil_share: float = 1.0  # share of that work that holds the GIL (1: pure Python)
-    n_ops: int = 50  # the work alternates Python / C this many times
-    switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S  # forced hand-over after this wait
-    n_cores: int | None = None  # cores shared by all threads; None: one per thread
+    n_threads: Threads = 2  # threads started together
+    work_s: WorkSeconds = 0.1  # CPU seconds of work per thread when it runs alone
+    gil_share: Share = 1.0  # share of that work that holds the GIL (1: pure Python)
+    n_ops: Ops = 50  # the work alternates Python / C this many times
+    switch_interval_s: Interval = DEFAULT_SWITCH_INTERVAL_S  # forced hand-over after this wait
+    n_cores: Cores | None = None  # cores shared by all threads; None: one per thread
 
     def __post_init__(self) -> None:
-        require_int("n_threads", self.n_threads, 1, MAX_THREADS)
-        require_finite("work_s", self.work_s, 0, MAX_CPU_S, low_inclusive=False)
-        require_range("gil_share", self.gil_share, 0, 1)
-        require_int("n_ops", self.n_ops, 1, 1_000_000)
-        require_finite("switch_interval_s", self.switch_interval_s, MIN_SWITCH_INTERVAL_S)
-        if self.n_cores is not None:
-            require_int("n_cores", self.n_cores, 1, MAX_CORES)
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -80,16 +82,9 @@ class GILResult:
     gil_busy_fraction: float  # share of the makespan in which some thread held the GIL
 
 
-def predict_speedup(gil_share: float, n_threads: int, n_cores: int | None = None) -> float:
+def predict_speedup(gil_share: Share, n_threads: Threads, n_cores: Cores | None = None
+                    ) -> float:
     """Upper bound on the threaded speed-up: min(n_threads, 1 / gil_share, n_cores)."""
-    require_range("gil_share", gil_share, 0, 1)
-    require_int("n_threads", n_threads, 1, MAX_THREADS)
-    if n_cores is not None:
-        require_int("n_cores", n_cores, 1, MAX_CORES)
-    return _predict_speedup(gil_share, n_threads, n_cores)
-
-
-def _predict_speedup(gil_share: float, n_threads: int, n_cores: int | None) -> float:
     bound = float(n_threads)
     if gil_share > 0:
         bound = min(bound, 1.0 / gil_share)
@@ -101,27 +96,15 @@ def _predict_speedup(gil_share: float, n_threads: int, n_cores: int | None) -> f
 def predict_time_s(work_s: float, gil_share: float, n_threads: int,
                    n_cores: int | None = None) -> float:
     """Seconds for n_threads threads of work_s each: n_threads * work_s / predict_speedup."""
-    require_finite("work_s", work_s, 0, MAX_CPU_S)
-    bound = predict_speedup(gil_share, n_threads, n_cores)  # checks the other arguments
+    bound = predict_speedup(gil_share, n_threads, n_cores)
     return n_threads * work_s / bound
 
 
 def thread_segments(config: GILConfig) -> list[Segment]:
     """One thread's work: n_ops times (Python for g*w, then C for (1-g)*w), w = work/n_ops."""
-    return _thread_segments(_check_config(config))
-
-
-def _thread_segments(config: GILConfig) -> list[Segment]:
     gil, free = _op_seconds(config)
     one_op: list[Segment] = [seg for seg in (("gil", gil), ("free", free)) if seg[1] > 0]
     return one_op * config.n_ops
-
-
-def _check_config(config: GILConfig) -> GILConfig:
-    if not isinstance(config, GILConfig):
-        raise ValueError(f"config={config!r} is not a GILConfig; "
-                         "give dpsim.sim.cost.gil.GILConfig(...)")
-    return config
 
 
 def _op_seconds(config: GILConfig) -> tuple[float, float]:
@@ -158,8 +141,8 @@ class _Thread:
 
 
 def schedule(threads: Sequence[Sequence[Segment]],
-             switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S,
-             n_cores: int | None = None) -> Trace:
+             switch_interval_s: Interval = DEFAULT_SWITCH_INTERVAL_S,
+             n_cores: Cores | None = None) -> Trace:
     """Run the segments of every thread under one GIL; return the timeline as a Trace.
 
     Events: stream "python" kind "python" while a thread holds the GIL, stream "native"
@@ -167,9 +150,6 @@ def schedule(threads: Sequence[Sequence[Segment]],
     waits for the GIL. Thread i is device i. Times in seconds from the start.
     meta["segment_end_s"][i][k] is when segment k of thread i finished.
     """
-    require_finite("switch_interval_s", switch_interval_s, MIN_SWITCH_INTERVAL_S)
-    if n_cores is not None:
-        require_int("n_cores", n_cores, 1, MAX_CORES)
     n_kept, gil_s = check_threads(threads)
     _, handovers = simulation_steps(len(threads), n_kept, gil_s, switch_interval_s, n_cores)
     named = (f"switch_interval_s={switch_interval_s!r}" if handovers > n_kept else
@@ -269,13 +249,8 @@ def _enter(th: _Thread, index: int, t: float) -> str:
 
 def simulate(config: GILConfig) -> GILResult:
     """Timeline and speed-up of `config.n_threads` identical threads under the GIL."""
-    _config_cost(_check_config(config))
-    return _simulate(config)
-
-
-def _simulate(config: GILConfig) -> GILResult:
-    """`simulate` on a GILConfig whose simulation cost is within MAX_STEPS."""
-    segments = _thread_segments(config)
+    _config_cost(config)
+    segments = thread_segments(config)
     trace = _schedule([segments] * config.n_threads, config.switch_interval_s, config.n_cores)
     makespan = trace.end_s
     serial = config.n_threads * config.work_s
@@ -287,7 +262,7 @@ def _simulate(config: GILConfig) -> GILResult:
         makespan_s=makespan,
         serial_s=serial,
         speedup=serial / makespan if makespan > 0 else float(config.n_threads),
-        predicted_speedup=_predict_speedup(config.gil_share, config.n_threads,
+        predicted_speedup=predict_speedup(config.gil_share, config.n_threads,
                                            config.n_cores),
         gil_busy_fraction=held / makespan if makespan > 0 else 0.0,
     )
@@ -297,11 +272,6 @@ def speedup_curve(gil_share: float, thread_counts: Sequence[int], *, work_s: flo
                   n_ops: int = 50, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S,
                   n_cores: int | None = None) -> list[dict[str, float]]:
     """Rows of n_threads, simulated speed-up and the closed-form bound, one per count."""
-    if isinstance(thread_counts, (str, bytes)) or not isinstance(thread_counts, Sequence):
-        raise ValueError(f"thread_counts={thread_counts!r} is not a list; give thread counts "
-                         f"such as (1, 2, 4), each 1 to {MAX_THREADS}")
-    for i, n in enumerate(thread_counts):
-        require_int(f"thread_counts[{i}]", n, 1, MAX_THREADS)
     configs = [GILConfig(n, work_s, gil_share, n_ops, switch_interval_s, n_cores)
                for n in thread_counts]
     total = sum(_config_cost(c, f"thread_counts[{i}]={c.n_threads!r}")
@@ -312,7 +282,7 @@ def speedup_curve(gil_share: float, thread_counts: Sequence[int], *, work_s: flo
                          f"{MAX_STEPS:,} (under half a second): fewer counts, threads or ops")
     rows = []
     for config in configs:
-        res = _simulate(config)
+        res = simulate(config)
         n = config.n_threads
         rows.append({"n_threads": n, "simulated_speedup": res.speedup,
                      "predicted_speedup": res.predicted_speedup})

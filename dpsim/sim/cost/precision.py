@@ -17,15 +17,18 @@ the optimizer state; ZeRO-2: also the gradients) leaves different bytes per devi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from dpsim.sim.checks import require_bool, require_choice, require_int, require_type
+from dpsim.sim.checks import OneOf, check_fields
 from dpsim.sim.cost.fsdp_shards import fsdp_rank_bytes
-from dpsim.sim.cost.memory import OPTIMIZERS, STEP_BYTES, ZERO_STAGES, MemoryBreakdown
-from dpsim.sim.limits import MAX_COUNT, MAX_WORLD_SIZE
+from dpsim.sim.cost.memory import STEP_BYTES, ZERO_STAGES, Dtype, MemoryBreakdown, Optimizer
+from dpsim.sim.limits import Count, WorldSize
 from dpsim.sim.workload import DTYPE_BYTES
 
 POLICIES = ("fp32", "torch_amp", "zero_mixed", "pure_16bit")
 LOW_DTYPES = ("bf16", "fp16")
+Policy = Annotated[str, OneOf(POLICIES)]
+LowDtype = Annotated[str, OneOf(LOW_DTYPES)]
 _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
 
 
@@ -33,19 +36,16 @@ _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
 class PrecisionPolicy:
     """Dtypes of a training step: stored, computed in, communicated (names from DTYPE_BYTES)."""
 
-    name: str  # one of POLICIES
-    param_dtype: str  # the parameters the optimizer updates (FSDP2: the sharded parameter)
-    compute_dtype: str  # matmul inputs (autocast's dtype; MixedPrecisionPolicy.param_dtype)
-    grad_dtype: str  # p.grad after backward
-    reduce_dtype: str  # gradients are all-reduced / reduce-scattered in this dtype
-    state_dtype: str  # optimizer moments
+    name: Policy  # one of POLICIES
+    param_dtype: Dtype  # the parameters the optimizer updates (FSDP2: the sharded parameter)
+    compute_dtype: Dtype  # matmul inputs (autocast's dtype; MixedPrecisionPolicy.param_dtype)
+    grad_dtype: Dtype  # p.grad after backward
+    reduce_dtype: Dtype  # gradients are all-reduced / reduce-scattered in this dtype
+    state_dtype: Dtype  # optimizer moments
     master_copy: bool  # the optimizer keeps an fp32 copy of 16-bit parameters (ZeRO)
 
     def __post_init__(self) -> None:
-        require_choice("name", self.name, POLICIES)
-        for f in ("param_dtype", "compute_dtype", "grad_dtype", "reduce_dtype", "state_dtype"):
-            require_choice(f, getattr(self, f), DTYPE_BYTES)
-        require_bool("master_copy", self.master_copy)
+        check_fields(self)
 
     @property
     def gathered_dtype(self) -> str:
@@ -53,21 +53,13 @@ class PrecisionPolicy:
         return self.compute_dtype
 
 
-def precision_policy(name: str = "torch_amp", low: str = "bf16",
-                     reduce_dtype: str | None = None) -> PrecisionPolicy:
+def precision_policy(name: Policy = "torch_amp", low: LowDtype = "bf16",
+                     reduce_dtype: Dtype | None = None) -> PrecisionPolicy:
     """A named policy with 16-bit dtype `low`; `reduce_dtype` (torch_amp only) defaults to
     fp32 for DDP-style autocast and is what MixedPrecisionPolicy(reduce_dtype=...) sets."""
-    require_choice("name", name, POLICIES)
-    require_choice("low", low, LOW_DTYPES)
-    if reduce_dtype is not None:
-        require_choice("reduce_dtype", reduce_dtype, DTYPE_BYTES)
-        if name != "torch_amp":
-            raise ValueError(f"reduce_dtype={reduce_dtype!r} with name={name!r}; allowed: "
-                             "reduce_dtype only with name='torch_amp' (None otherwise)")
-    return _precision_policy(name, low, reduce_dtype)
-
-
-def _precision_policy(name: str, low: str, reduce_dtype: str | None) -> PrecisionPolicy:
+    if reduce_dtype is not None and name != "torch_amp":
+        raise ValueError(f"reduce_dtype={reduce_dtype!r} with name={name!r}; allowed: "
+                         "reduce_dtype only with name='torch_amp' (None otherwise)")
     if name == "fp32":
         return PrecisionPolicy(name, "fp32", "fp32", "fp32", "fp32", "fp32", False)
     if name == "torch_amp":
@@ -77,29 +69,19 @@ def _precision_policy(name: str, low: str, reduce_dtype: str | None) -> Precisio
     return PrecisionPolicy(name, low, low, low, low, low, False)
 
 
-def policy_model_state_bytes(n_params: int, n_param_tensors: int, policy: PrecisionPolicy,
-                             optimizer: str = "adam") -> MemoryBreakdown:
+def policy_model_state_bytes(n_params: Count, n_param_tensors: Count, policy: PrecisionPolicy,
+                             optimizer: Optimizer = "adam") -> MemoryBreakdown:
     """Parameters, gradients and optimizer bytes of `n_params` elements in
     `n_param_tensors` tensors (Adam keeps a 4-byte fp32 `step` per tensor)."""
-    require_int("n_params", n_params, 0, MAX_COUNT)
-    require_int("n_param_tensors", n_param_tensors, 0, MAX_COUNT)
-    require_type("policy", policy, PrecisionPolicy)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    p, g, o = _policy_bytes_per_param(policy, optimizer)
+    p, g, o = policy_bytes_per_param(policy, optimizer)
     steps = n_param_tensors * STEP_BYTES if optimizer in ("adam", "adamw") else 0
     return MemoryBreakdown(p * n_params, g * n_params, o * n_params + steps)
 
 
-def policy_bytes_per_param(policy: PrecisionPolicy, optimizer: str = "adam"
+def policy_bytes_per_param(policy: PrecisionPolicy, optimizer: Optimizer = "adam"
                            ) -> tuple[int, int, int]:
     """(parameter, gradient, optimizer) bytes per parameter: torch_amp with Adam 4 + 4 + 8,
     zero_mixed 2 + 2 + 12, fp32 4 + 4 + 8, pure_16bit 2 + 2 + 4."""
-    require_type("policy", policy, PrecisionPolicy)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    return _policy_bytes_per_param(policy, optimizer)
-
-
-def _policy_bytes_per_param(policy: PrecisionPolicy, optimizer: str) -> tuple[int, int, int]:
     state = _MOMENTS[optimizer] * DTYPE_BYTES[policy.state_dtype]
     master = 4 if policy.master_copy else 0
     return DTYPE_BYTES[policy.param_dtype], DTYPE_BYTES[policy.grad_dtype], state + master
@@ -110,7 +92,6 @@ def fsdp_policy_rank_bytes(param_shapes: list[tuple[int, ...]], world_size: int,
                            padded: bool = False) -> MemoryBreakdown:
     """Model-state bytes `rank` holds after an FSDP2 step under `policy` (torch_amp or fp32:
     MixedPrecisionPolicy keeps fp32 sharded parameters, gradients and moments)."""
-    require_type("policy", policy, PrecisionPolicy)
     if policy.master_copy or policy.param_dtype != policy.state_dtype:
         raise ValueError(f"policy={policy.name!r} is not what FSDP2 keeps; allowed: "
                          "'fp32', 'torch_amp' or 'pure_16bit'")
@@ -122,11 +103,7 @@ def zero_stage_bytes(n_params: int, world_size: int, stage: int, policy: Precisi
                      optimizer: str = "adam") -> MemoryBreakdown:
     """Model states per device under ZeRO `stage` (0 = DDP) for a policy (per-tensor `step`
     scalars left out): stage 1 shards the optimizer, 2 also gradients, 3 also parameters."""
-    require_int("n_params", n_params, 0, MAX_COUNT)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
-    require_int("stage", stage)
-    require_choice("stage", stage, ZERO_STAGES)
-    p, g, o = policy_bytes_per_param(policy, optimizer)  # checks policy and optimizer
+    p, g, o = policy_bytes_per_param(policy, optimizer)
     return _zero_stage_bytes(n_params, world_size, stage, (p, g, o))
 
 
@@ -138,16 +115,12 @@ def _zero_stage_bytes(n_params: int, n: int, stage: int, per_param: tuple[int, i
                            o * n_params // (n if stage >= 1 else 1))
 
 
-def scheme_table(n_params: int, world_size: int, optimizer: str = "adam",
-                 low: str = "bf16") -> list[dict[str, object]]:
+def scheme_table(n_params: Count, world_size: WorldSize, optimizer: Optimizer = "adam",
+                 low: LowDtype = "bf16") -> list[dict[str, object]]:
     """Per ZeRO stage: model-state bytes per device, torch's scheme beside ZeRO's."""
-    require_int("n_params", n_params, 0, MAX_COUNT)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    require_choice("low", low, LOW_DTYPES)
     rows: list[dict[str, object]] = []
-    torch_b = _policy_bytes_per_param(_precision_policy("torch_amp", low, None), optimizer)
-    zero_b = _policy_bytes_per_param(_precision_policy("zero_mixed", low, None), optimizer)
+    torch_b = policy_bytes_per_param(precision_policy("torch_amp", low), optimizer)
+    zero_b = policy_bytes_per_param(precision_policy("zero_mixed", low), optimizer)
     for stage in ZERO_STAGES:
         t = _zero_stage_bytes(n_params, world_size, stage, torch_b)
         z = _zero_stage_bytes(n_params, world_size, stage, zero_b)
@@ -163,8 +136,6 @@ def offloaded(breakdown: MemoryBreakdown, offload: bool) -> tuple[MemoryBreakdow
     """(device bytes, host bytes) of a rank's model states under FSDP2's CPUOffloadPolicy:
     sharded parameters, gradients and optimizer state live in host memory (the optimizer
     steps on the CPU); activations and all-gathered parameters stay on the device."""
-    require_type("breakdown", breakdown, MemoryBreakdown)
-    require_bool("offload", offload)
     if not offload:
         return breakdown, 0
     return MemoryBreakdown(activations=breakdown.activations), breakdown.model_states

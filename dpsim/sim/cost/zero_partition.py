@@ -8,21 +8,21 @@ those tensors' moments plus a `step` per tensor, not an even 1/N slice of the st
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_choice, require_int, require_type
-from dpsim.sim.cost.memory import OPTIMIZERS, STEP_BYTES
-from dpsim.sim.limits import MAX_COUNT, MAX_TENSORS, MAX_WORLD_SIZE
+from typing import Annotated
+
+from dpsim.sim.checks import Each, Int
+from dpsim.sim.cost.memory import STEP_BYTES, Dtype, Optimizer
+from dpsim.sim.limits import MAX_COUNT, MAX_TENSORS, WorldSize
 from dpsim.sim.workload import DTYPE_BYTES
+
+# elements of each parameter tensor, in registration order
+Numels = Annotated[list[int], Each(Int(0, MAX_COUNT), 0, MAX_TENSORS)]
 
 _MOMENTS = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
 
 
-def zero1_partition(param_numels: list[int], world_size: int) -> list[list[int]]:
+def zero1_partition(param_numels: Numels, world_size: WorldSize) -> list[list[int]]:
     """Indices of the parameter tensors each rank owns (one parameter group)."""
-    require_type("param_numels", param_numels, (list, tuple))
-    require_int("param_numels (length)", len(param_numels), 0, MAX_TENSORS)
-    for i, n in enumerate(param_numels):
-        require_int(f"param_numels[{i}]", n, 0, MAX_COUNT)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     owned: list[list[int]] = [[] for _ in range(world_size)]
     sizes = [0] * world_size
     # Python's sort is stable: equal sizes keep their registration order, as in torch
@@ -33,11 +33,10 @@ def zero1_partition(param_numels: list[int], world_size: int) -> list[list[int]]
     return owned
 
 
-def zero1_optimizer_bytes(param_numels: list[int], world_size: int, optimizer: str = "adam",
-                          state_dtype: str = "fp32") -> list[int]:
+def zero1_optimizer_bytes(param_numels: Numels, world_size: WorldSize,
+                          optimizer: Optimizer = "adam", state_dtype: Dtype = "fp32"
+                          ) -> list[int]:
     """Optimizer-state bytes each rank holds under ZeroRedundancyOptimizer."""
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    require_choice("state_dtype", state_dtype, DTYPE_BYTES)
     owned = zero1_partition(param_numels, world_size)
     steps = STEP_BYTES if optimizer in ("adam", "adamw") else 0
     width = _MOMENTS[optimizer] * DTYPE_BYTES[state_dtype]
