@@ -1,5 +1,8 @@
 """Bad input to dpsim.sim.collectives: a prompt ValueError naming the field as the caller wrote it.
 
+Bad input goes through the simulator's face (`dpsim.sim`), which checks arguments by their
+hints; inner functions (tree_levels, chunk_sizes, the traffic formula) trust theirs.
+
 Also: calls that used to run forever (one entry per rank for 10**9 ranks) now answer at
 once, the closed-form bytes per rank equal the round-by-round schedule's, and accepted
 input never gives NaN, inf or negative seconds or bytes.
@@ -17,27 +20,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpsim.sim.collectives.cost import (
+from dpsim.sim import (
     ALGORITHMS,
     COLLECTIVES,
     algbw_GBps,
+    bandwidth_series,
     bus_bandwidth_factor,
     busbw_GBps,
     bytes_received_per_rank,
     bytes_sent_per_rank,
+    chunk_bounds,
     collective_time_s,
     cost_terms,
-    ring_bytes_per_rank_formula,
-    tree_levels,
-)
-from dpsim.sim.collectives.fit import fit_link
-from dpsim.sim.collectives.ring import (
-    chunk_bounds,
-    chunk_sizes,
+    fit_link,
+    model_series,
+    rank_traffic,
     ring_all_reduce_steps,
-    ring_reduce_scatter,
 )
-from dpsim.sim.collectives.series import bandwidth_series, model_series, rank_traffic
+from dpsim.sim.collectives.cost import tree_levels
+from dpsim.sim.collectives.ring import chunk_sizes, ring_reduce_scatter
 from dpsim.sim.collectives.traffic import bytes_per_rank
 from dpsim.sim.hardware import NVLINK4, Link
 from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_SCHEDULE_RANKS, MAX_WORLD_SIZE
@@ -92,9 +93,6 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
      "bandwidth_GBps"),
     ("terms ranks", lambda: cost_terms("all_reduce", 0), "world_size"),
     ("terms algorithm", lambda: cost_terms("all_reduce", 2, "Ring"), "algorithm"),
-    ("levels zero", lambda: tree_levels(0), "world_size"),
-    ("levels bool", lambda: tree_levels(True), "world_size"),
-    ("levels huge", lambda: tree_levels(MAX_WORLD_SIZE + 1), "world_size"),
     ("busbw factor collective", lambda: bus_bandwidth_factor("alltoall", 2), "collective"),
     ("busbw factor ranks", lambda: bus_bandwidth_factor("all_reduce", -2), "world_size"),
     ("algbw zero time", lambda: algbw_GBps(10, 0.0), "time_s"),
@@ -113,16 +111,12 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
      "world_size"),
     ("sent huge bytes", lambda: bytes_sent_per_rank("all_reduce", 2**62, 4, "naive"),
      "nbytes"),
-    ("formula bytes", lambda: ring_bytes_per_rank_formula(-1, 2), "nbytes"),
-    ("formula ranks", lambda: ring_bytes_per_rank_formula(1, 0), "world_size"),
     # ring
     ("chunks 10**9", lambda: chunk_bounds(10, 10**9), "n_chunks"),
     ("chunks zero", lambda: chunk_bounds(10, 0), "n_chunks"),
     ("chunks bool", lambda: chunk_bounds(10, True), "n_chunks"),
     ("chunks length", lambda: chunk_bounds(-1, 2), "length"),
     ("chunks float length", lambda: chunk_bounds(wrong(2.5), 2), "length"),
-    ("sizes 10**9", lambda: chunk_sizes(10, 10**9), "n_chunks"),
-    ("sizes length", lambda: chunk_sizes(-3, 2), "length"),
     ("steps text", lambda: ring_all_reduce_steps(wrong("abc")), "arrays"),
     ("steps 2-D array", lambda: ring_all_reduce_steps(wrong(np.zeros((2, 3)))), "arrays"),
     ("steps empty", lambda: ring_all_reduce_steps([]), "arrays"),

@@ -86,8 +86,6 @@ def test_hsdp_costs_its_two_mesh_groups_apart() -> None:
     assert mesh_shapes(IB4, 4) == (GroupShape(1, 4), GroupShape(4, 2))
     assert mesh_shapes(IB4, 16) == (GroupShape(2, 8), GroupShape(2, 1))
     assert mesh_shapes(IB4, 32) == (GroupShape(4, 8), GroupShape(1, 1))
-    with pytest.raises(ValueError, match="shard_size"):
-        mesh_shapes(IB4, 12)
     tr = hsdp.simulate(get_workload("gpt2-124m"), IB4, hsdp.HSDPConfig(shard_size=8))
     for e in tr.filter(stream="replicate"):  # one rank per node, each on its own rail
         assert e.duration_s == pytest.approx(

@@ -3,16 +3,9 @@ that bad input names its field."""
 
 import pytest
 
+from dpsim.sim import choose, group_shape, nccl_time_s
 from dpsim.sim.collectives import protocols
-from dpsim.sim.collectives.nccl import (
-    DEFAULT_PARAMS,
-    GroupShape,
-    choose,
-    group_shape,
-    nccl_time_s,
-    pairs,
-    time_terms,
-)
+from dpsim.sim.collectives.nccl import DEFAULT_PARAMS, GroupShape, pairs, time_terms
 from dpsim.sim.hardware import CLUSTERS, get_cluster
 from tests.support.links import forced_time_s
 
@@ -76,5 +69,3 @@ def test_bad_protocols_name_the_field() -> None:
         choose("all_reduce", 1024, PCIE, group_shape(PCIE), protocol="LL128")
     with pytest.raises(ValueError, match="nbytes=-1"):
         choose("all_reduce", -1, NODE, shape)
-    with pytest.raises(ValueError, match="algorithm='tree'"):
-        time_terms("all_reduce", NODE, shape, "tree", "Simple")

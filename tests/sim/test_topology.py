@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from dpsim.sim import choose, group_shape, nccl_time_s
 from dpsim.sim.collectives.cost import collective_time_s
 from dpsim.sim.collectives.group_cost import achieved_link
 from dpsim.sim.collectives.link_constants import (
@@ -13,15 +14,7 @@ from dpsim.sim.collectives.link_constants import (
     FILL_US,
     NVLS_FRACTIONS,
 )
-from dpsim.sim.collectives.nccl import (
-    DEFAULT_PARAMS,
-    GroupShape,
-    available,
-    choose,
-    group_shape,
-    nccl_time_s,
-    rates,
-)
+from dpsim.sim.collectives.nccl import DEFAULT_PARAMS, GroupShape, available, rates
 from dpsim.sim.hardware import (
     CLUSTERS,
     DEVICES,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsim.sim.checks import require_int
-from dpsim.sim.collectives.limits import check_collective, check_link, finite_seconds
+from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim.collectives.limits import ALGORITHMS, COLLECTIVES, finite_seconds
 from dpsim.sim.collectives.ring import chunk_sizes
 from dpsim.sim.hardware import Link
 from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_SCHEDULE_RANKS
@@ -123,6 +123,22 @@ def _naive_in(n: int, nb: np.ndarray, phase: str) -> list[Round]:
 def _naive_out(n: int, nb: np.ndarray, phase: str) -> list[Round]:
     others = np.arange(1, n)
     return [_round(np.zeros(n - 1, dtype=np.int64), others, nb[others], phase)]
+
+
+def check_collective(collective: str, nbytes: int, world_size: int, algorithm: str,
+                     max_world_size: int) -> None:
+    """The oracle's own checks: a known collective and algorithm, nbytes and world_size in
+    range (the simulator's face checks its callers' arguments by their hints)."""
+    require_choice("collective", collective, COLLECTIVES)
+    require_choice("algorithm", algorithm, ALGORITHMS)
+    require_int("nbytes", nbytes, 0, MAX_NBYTES)
+    require_int("world_size", world_size, 1, max_world_size)
+
+
+def check_link(link: Link) -> None:
+    """A Link (which checks its own numbers)."""
+    if not isinstance(link, Link):
+        raise ValueError(f"link={link!r} is not a Link; give a dpsim.sim.hardware.Link")
 
 
 def schedule(collective: str, nbytes: int, world_size: int, algorithm: str = "ring"

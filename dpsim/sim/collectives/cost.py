@@ -33,19 +33,18 @@ inputs' ranges (ranks, bytes, links) are in `dpsim.sim.collectives.limits`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Annotated
 
-from dpsim.sim.checks import require_choice, require_finite, require_int
-from dpsim.sim.collectives.limits import (
-    ALGORITHMS,
-    COLLECTIVES,
-    check_collective,
-    check_link,
-    finite_seconds,
-)
+from dpsim.sim.checks import OneOf, Real
+from dpsim.sim.collectives.limits import ALGORITHMS, COLLECTIVES, finite_seconds
 from dpsim.sim.collectives.ring import RingStep, chunk_bounds, ring_all_reduce_steps
 from dpsim.sim.collectives.traffic import bytes_per_rank
 from dpsim.sim.hardware import Link
-from dpsim.sim.limits import MAX_NBYTES, MAX_WORLD_SIZE
+from dpsim.sim.limits import ListedRanks, NBytes, WorldSize
+
+Collective = Annotated[str, OneOf(COLLECTIVES)]
+Algorithm = Annotated[str, OneOf(ALGORITHMS)]
+Positive = Annotated[float, Real(0, None, low_inclusive=False)]  # a time in seconds, > 0
 
 __all__ = [
     "ALGORITHMS", "COLLECTIVES", "RingStep", "algbw_GBps", "bandwidths_GBps",
@@ -57,21 +56,12 @@ __all__ = [
 
 def tree_levels(world_size: int) -> int:
     """L = ceil(log2 world_size): rounds of a binomial tree (0 for one rank)."""
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
-    return _tree_levels(world_size)
-
-
-def _tree_levels(world_size: int) -> int:
     return int(world_size - 1).bit_length()
 
 
-def cost_terms(collective: str, world_size: int, algorithm: str = "ring") -> tuple[int, float]:
+def cost_terms(collective: Collective, world_size: WorldSize,
+               algorithm: Algorithm = "ring") -> tuple[int, float]:
     """(number of alpha terms, multiple of S/B) in the closed form; time = k*alpha + f*S/B."""
-    check_collective(collective, 0, world_size, algorithm)
-    return _cost_terms(collective, world_size, algorithm)
-
-
-def _cost_terms(collective: str, world_size: int, algorithm: str) -> tuple[int, float]:
     n = int(world_size)
     if n == 1:
         return 0, 0.0
@@ -81,7 +71,7 @@ def _cost_terms(collective: str, world_size: int, algorithm: str) -> tuple[int, 
             return 2 * (n - 1), 2 * frac
         return n - 1, frac
     if algorithm == "tree":
-        levels = _tree_levels(n)
+        levels = tree_levels(n)
         if collective == "all_reduce":
             return 2 * levels, 2.0 * levels
         if collective in ("all_gather", "reduce_scatter"):
@@ -99,8 +89,8 @@ def _cost_terms(collective: str, world_size: int, algorithm: str) -> tuple[int, 
     return 1, frac
 
 
-def collective_time_s(collective: str, nbytes: int, world_size: int, link: Link,
-                      algorithm: str = "ring") -> float:
+def collective_time_s(collective: Collective, nbytes: NBytes, world_size: WorldSize,
+                      link: Link, algorithm: Algorithm = "ring") -> float:
     """Seconds for one collective on `nbytes` (full tensor) over `world_size` ranks.
 
     >>> from dpsim.sim.hardware import Link
@@ -108,28 +98,14 @@ def collective_time_s(collective: str, nbytes: int, world_size: int, link: Link,
     >>> round(collective_time_s("all_reduce", 4_000_000, 4, link) * 1e3, 3)  # ms
     6.06
     """
-    check_collective(collective, nbytes, world_size, algorithm)
-    check_link(link)
-    return _time_s(_cost_terms(collective, world_size, algorithm), nbytes, link)
+    return _time_s(cost_terms(collective, world_size, algorithm), nbytes, link)
 
 
 def collective_times_s(collective: str, sizes_bytes: Sequence[int], world_size: int,
                        link: Link, algorithm: str = "ring") -> list[float]:
     """`collective_time_s` of each size in `sizes_bytes` (bytes of the full tensor)."""
-    check_collective(collective, 0, world_size, algorithm)
-    check_link(link)
-    sizes = _check_sizes(sizes_bytes)
-    terms = _cost_terms(collective, world_size, algorithm)
-    return [_time_s(terms, nbytes, link) for nbytes in sizes]
-
-
-def _check_sizes(sizes_bytes: Sequence[int]) -> Sequence[int]:
-    if isinstance(sizes_bytes, str) or not isinstance(sizes_bytes, Sequence):
-        raise ValueError(f"sizes_bytes={sizes_bytes!r} is not a list; give a list of sizes "
-                         "in bytes")
-    for i, size in enumerate(sizes_bytes):
-        require_int(f"sizes_bytes[{i}]", size, 0, MAX_NBYTES)
-    return sizes_bytes
+    terms = cost_terms(collective, world_size, algorithm)
+    return [_time_s(terms, nbytes, link) for nbytes in sizes_bytes]
 
 
 def _time_s(terms: tuple[int, float], nbytes: int, link: Link) -> float:
@@ -140,15 +116,10 @@ def _time_s(terms: tuple[int, float], nbytes: int, link: Link) -> float:
     return finite_seconds(seconds, latency_s, link)
 
 
-def bus_bandwidth_factor(collective: str, world_size: int) -> float:
+def bus_bandwidth_factor(collective: Collective, world_size: WorldSize) -> float:
     """busbw / algbw as nccl-tests defines it: 2(N-1)/N all-reduce, (N-1)/N all-gather,
     reduce-scatter, scatter, gather, and 1 for broadcast and reduce."""
-    require_choice("collective", collective, COLLECTIVES)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
-    return _bus_factor(collective, world_size)
-
-
-def _bus_factor(collective: str, n: int) -> float:
+    n = world_size
     if collective == "all_reduce":
         return 2 * (n - 1) / n
     if collective in ("broadcast", "reduce"):
@@ -156,14 +127,13 @@ def _bus_factor(collective: str, n: int) -> float:
     return (n - 1) / n
 
 
-def algbw_GBps(nbytes: int, time_s: float) -> float:
+def algbw_GBps(nbytes: NBytes, time_s: Positive) -> float:
     """Algorithm bandwidth: full tensor bytes / time, in GB/s (1e9 bytes/s)."""
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_finite("time_s", time_s, 0, low_inclusive=False)
     return _finite_GBps(nbytes / time_s / 1e9, "time_s", time_s)
 
 
-def busbw_GBps(collective: str, nbytes: int, world_size: int, time_s: float) -> float:
+def busbw_GBps(collective: Collective, nbytes: NBytes, world_size: WorldSize,
+               time_s: Positive) -> float:
     """Bus bandwidth (nccl-tests): algbw * bus_bandwidth_factor, comparable to link speed."""
     factor = bus_bandwidth_factor(collective, world_size)
     return _finite_GBps(algbw_GBps(nbytes, time_s) * factor, "time_s", time_s)
@@ -173,14 +143,8 @@ def bandwidths_GBps(collective: str, world_size: int, sizes_bytes: Sequence[int]
                     times_s: Sequence[float]) -> tuple[list[float], list[float]]:
     """(algbw, busbw) in GB/s of each size (bytes) and its time (seconds); 0 GB/s at 0 s."""
     factor = bus_bandwidth_factor(collective, world_size)
-    sizes = _check_sizes(sizes_bytes)
-    if isinstance(times_s, str) or not isinstance(times_s, Sequence) \
-            or len(times_s) != len(sizes):
-        raise ValueError(f"times_s={times_s!r} is not allowed; give one time in seconds per "
-                         f"size ({len(sizes)})")
     algbw, busbw = [], []
-    for i, (nbytes, t) in enumerate(zip(sizes, times_s, strict=True)):
-        require_finite(f"times_s[{i}]", t, 0)
+    for i, (nbytes, t) in enumerate(zip(sizes_bytes, times_s, strict=True)):
         gbps = _finite_GBps(nbytes / t / 1e9, f"times_s[{i}]", t) if t > 0 else 0.0
         algbw.append(gbps)
         busbw.append(_finite_GBps(gbps * factor, f"times_s[{i}]", t))
@@ -194,15 +158,15 @@ def _finite_GBps(gbps: float, field: str, time_s: float) -> float:
     return gbps
 
 
-def bytes_sent_per_rank(collective: str, nbytes: int, world_size: int,
-                        algorithm: str = "ring") -> list[int]:
+def bytes_sent_per_rank(collective: Collective, nbytes: NBytes, world_size: ListedRanks,
+                        algorithm: Algorithm = "ring") -> list[int]:
     """Bytes each rank sends during one collective (index = rank; root is rank 0)."""
     sent, _ = bytes_per_rank(collective, nbytes, world_size, algorithm)
     return [int(b) for b in sent]
 
 
-def bytes_received_per_rank(collective: str, nbytes: int, world_size: int,
-                            algorithm: str = "ring") -> list[int]:
+def bytes_received_per_rank(collective: Collective, nbytes: NBytes, world_size: ListedRanks,
+                            algorithm: Algorithm = "ring") -> list[int]:
     """Bytes each rank receives during one collective (index = rank; root is rank 0)."""
     _, received = bytes_per_rank(collective, nbytes, world_size, algorithm)
     return [int(b) for b in received]
@@ -210,6 +174,4 @@ def bytes_received_per_rank(collective: str, nbytes: int, world_size: int,
 
 def ring_bytes_per_rank_formula(nbytes: int, world_size: int) -> float:
     """2(N-1)/N * S: what each rank sends (and receives) in a ring all-reduce."""
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
     return 2 * (world_size - 1) / world_size * nbytes

@@ -14,28 +14,32 @@ all-reduce). Two ways to weigh the timings:
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 from collections.abc import Sequence
+from typing import Annotated
 
 import numpy as np
 
-from dpsim.sim.checks import require_choice, require_finite, require_int
+from dpsim.sim.checks import Each, Int, OneOf, Real
 from dpsim.sim.hardware import Link
 from dpsim.sim.limits import MAX_NBYTES, MAX_TERM, MAX_TIME_S, MIN_TIME_S
 
 WEIGHTINGS = ("relative", "absolute")
 
 
-def fit_link(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
-             s_over_b: float, name: str, weighting: str = "relative") -> Link:
-    """The Link (alpha in us, B in GB/s) whose k alpha + f S / B best fits seconds per size."""
-    require_choice("weighting", weighting, WEIGHTINGS)
-    _check_timings(sizes_bytes, times_s)
-    require_int("n_alpha", n_alpha, 0, MAX_TERM)
-    require_finite("s_over_b", s_over_b, 0, MAX_TERM)
-    if not isinstance(name, str):
-        raise ValueError(f"name={name!r} is not a string; give the link a name")
+def fit_link(sizes_bytes: Annotated[Sequence[int], Each(Int(0, MAX_NBYTES), 0)],
+             times_s: Annotated[Sequence[float], Each(Real(MIN_TIME_S, MAX_TIME_S), 0)],
+             n_alpha: Annotated[int, Int(0, MAX_TERM)],
+             s_over_b: Annotated[float, Real(0, MAX_TERM)], name: str,
+             weighting: Annotated[str, OneOf(WEIGHTINGS)] = "relative") -> Link:
+    """The Link (alpha in us, B in GB/s) whose k alpha + f S / B best fits seconds per size
+    (at least 2 of each, as many times as sizes)."""
+    if len(sizes_bytes) < 2:
+        raise ValueError(f"sizes_bytes={list(sizes_bytes)!r} has {len(sizes_bytes)} sizes; "
+                         "allowed: at least 2, one per time")
+    if len(sizes_bytes) != len(times_s):
+        raise ValueError(f"times_s={list(times_s)!r} has {len(times_s)} times for "
+                         f"{len(sizes_bytes)} sizes; allowed: the same number of each, at least 2")
     if weighting == "relative" and n_alpha == 0 and (s_over_b == 0 or not any(sizes_bytes)):
         raise ValueError(f"n_alpha=0 with s_over_b={s_over_b!r} and sizes_bytes="
                          f"{list(sizes_bytes)!r} leaves nothing to fit; allowed: n_alpha >= 1, "
@@ -51,26 +55,6 @@ def fit_link(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,
                          f"{link.bandwidth_GBps!r} GB/s, latency {link.latency_us!r} us); "
                          "give timings that grow with the size")
     return link
-
-
-def _check_timings(sizes_bytes: Sequence[int], times_s: Sequence[float]) -> None:
-    """As many sizes (int bytes) as times (seconds), at least 2 of each."""
-    for field, values in (("sizes_bytes", sizes_bytes), ("times_s", times_s)):
-        if isinstance(values, str) or not isinstance(values, Sequence):
-            raise ValueError(f"{field}={values!r} is not a list; give a list of numbers")
-    if len(sizes_bytes) < 2:
-        raise ValueError(f"sizes_bytes={list(sizes_bytes)!r} has {len(sizes_bytes)} sizes; "
-                         "allowed: at least 2, one per time")
-    if len(sizes_bytes) != len(times_s):
-        raise ValueError(f"times_s={list(times_s)!r} has {len(times_s)} times for "
-                         f"{len(sizes_bytes)} sizes; allowed: the same number of each, at least 2")
-    for i, s in enumerate(sizes_bytes):
-        require_int(f"sizes_bytes[{i}]", s, 0, MAX_NBYTES)
-    for i, t in enumerate(times_s):
-        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not (
-                MIN_TIME_S <= t <= MAX_TIME_S):
-            raise ValueError(f"times_s[{i}]={t!r} is out of range; allowed: times > 0, "
-                             f"from {MIN_TIME_S} to {MAX_TIME_S} s")
 
 
 def _fit_relative(sizes_bytes: Sequence[int], times_s: Sequence[float], n_alpha: int,

@@ -38,11 +38,9 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from dpsim.sim.checks import require_choice, require_int, require_type
 from dpsim.sim.collectives.cost import collective_time_s
 from dpsim.sim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP_US
 from dpsim.sim.collectives.nccl import (
-    NCCL_COLLECTIVES,
     GroupShape,
     available,
     choose,
@@ -51,33 +49,14 @@ from dpsim.sim.collectives.nccl import (
 )
 from dpsim.sim.collectives.params import DEFAULT_PARAMS
 from dpsim.sim.hardware import Cluster, Link
-from dpsim.sim.limits import MAX_NBYTES
 
 GROUP_ALGORITHMS = ("auto", "ring", "tree", "nvls", "naive")
 CLOSED_FORM_KINDS = ("generic", "shared_memory")  # numbers already achieved: no NCCL model
 _CACHE_SIZE = 1 << 14
 
 
-def _require_fits(cluster: Cluster, shape: GroupShape) -> GroupShape:
-    """`shape` if `cluster` has room for it (at most its devices per node and its nodes)."""
-    require_type("cluster", cluster, Cluster)
-    require_type("shape", shape, GroupShape)
-    if shape.ranks_per_node > cluster.devices_per_node or shape.n_nodes > cluster.n_nodes:
-        raise ValueError(f"shape={shape} does not fit cluster {cluster.name!r} "
-                         f"({cluster.n_nodes} nodes of {cluster.devices_per_node}); allowed: "
-                         f"ranks_per_node <= {cluster.devices_per_node}, n_nodes <= "
-                         f"{cluster.n_nodes}")
-    return shape
-
-
 def uses_nccl(cluster: Cluster, shape: GroupShape) -> bool:
     """Whether a group of this shape crosses a GPU link (then NCCL's model applies)."""
-    require_type("cluster", cluster, Cluster)
-    require_type("shape", shape, GroupShape)
-    return _uses_nccl(cluster, shape)
-
-
-def _uses_nccl(cluster: Cluster, shape: GroupShape) -> bool:
     links = [cluster.intra_node] if shape.ranks_per_node > 1 or shape.n_nodes == 1 else []
     if shape.n_nodes > 1 and cluster.inter_node is not None:
         links.append(cluster.inter_node)
@@ -87,11 +66,6 @@ def _uses_nccl(cluster: Cluster, shape: GroupShape) -> bool:
 def fabric_cluster(cluster: Cluster) -> Cluster:
     """`cluster` with its network link as a ring's inter-node hop sees it: on a fabric that
     is not rail-optimized each hop crosses the spine (extra switch traversals of latency)."""
-    require_type("cluster", cluster, Cluster)
-    return _fabric_cluster(cluster)
-
-
-def _fabric_cluster(cluster: Cluster) -> Cluster:
     net = cluster.inter_node
     if cluster.rail_optimized or net is None or cluster.n_nodes == 1:
         return cluster
@@ -102,7 +76,6 @@ def _fabric_cluster(cluster: Cluster) -> Cluster:
 def achieved_link(link: Link) -> Link:
     """`link` at what a collective achieves: its bandwidth x the fraction of its kind, as a
     "generic" Link (a lone link: DataParallel's copies, the explorer's presets)."""
-    require_type("link", link, Link)
     if link.kind == "generic":
         return link
     rate = link.bandwidth_GBps * 1e9 * DEFAULT_PARAMS.fraction(link)  # bytes/s
@@ -120,12 +93,7 @@ def group_link(cluster: Cluster, shape: GroupShape) -> Link:
     >>> round(group_link(c, group_shape(c, 8)).bandwidth_GBps)  # one node: NVLink, GB/s
     369
     """
-    _require_fits(cluster, shape)
-    return _group_link(cluster, shape)
-
-
-def _group_link(cluster: Cluster, shape: GroupShape) -> Link:
-    fabric = _fabric_cluster(cluster)
+    fabric = fabric_cluster(cluster)
     b_i, b_n, _ = rates(fabric, shape)
     net = fabric.inter_node if shape.n_nodes > 1 else None
     latency = max(fabric.intra_node.latency_us, net.latency_us if net else 0.0)
@@ -151,23 +119,19 @@ def group_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupSha
     >>> round(group_time_s("all_reduce", 2**30, c, group_shape(c)) * 1e3, 2)  # ms
     5.5
     """
-    require_choice("collective", collective, NCCL_COLLECTIVES)
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_choice("algorithm", algorithm, GROUP_ALGORITHMS)
-    _require_fits(cluster, shape)
     return _cached(collective, nbytes, cluster, shape, algorithm)
 
 
 @lru_cache(maxsize=_CACHE_SIZE)
 def _cached(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
             algorithm: str) -> float:
-    """`group_time_s` on checked inputs (Cluster, Link and GroupShape are frozen)."""
+    """`group_time_s`, cached (Cluster, Link and GroupShape are frozen)."""
     if shape.world_size == 1:
         return 0.0
-    if algorithm == "naive" or not _uses_nccl(cluster, shape):
+    if algorithm == "naive" or not uses_nccl(cluster, shape):
         closed = "ring" if algorithm in ("auto", "nvls") else algorithm
         return collective_time_s(collective, nbytes, shape.world_size,
-                                 _group_link(cluster, shape), closed)
+                                 group_link(cluster, shape), closed)
     # the NCCL model adds the spine's hops itself (`nccl._spine_us`)
     algo = "auto" if algorithm == "auto" else _nccl_algorithm(collective, algorithm, cluster,
                                                               shape, nbytes)
@@ -183,17 +147,11 @@ def mesh_shapes(cluster: Cluster, shard_size: int) -> tuple[GroupShape, GroupSha
     the W / F ranks with the same f, devices_per_node / F of them on each node when F
     divides a node (one per node when F is a node or more). A shard group that straddles
     two nodes (F below a node but not dividing it) is costed as F ranks of one node, its
-    replicate group packed onto as few ranks per node as fit the nodes.
+    replicate group packed onto as few ranks per node as fit the nodes (HSDP's config has
+    checked that F divides the world and fills whole nodes when above one).
     """
-    require_type("cluster", cluster, Cluster)
     w, d = cluster.world_size, cluster.devices_per_node
-    f = require_int("shard_size", shard_size, 1, w)
-    if w % f:
-        raise ValueError(f"shard_size={f} does not divide world_size={w}; allowed: a "
-                         f"divisor of {w}")
-    if f > d and f % d:
-        raise ValueError(f"shard_size={f} does not fill whole nodes of {d}; allowed: "
-                         f"1..{d} or a multiple of {d}")
+    f = shard_size
     r = w // f
     shard = GroupShape(1, f) if f <= d else GroupShape(f // d, d)
     per = d // f if f <= d and d % f == 0 else 1

@@ -13,34 +13,12 @@ that N * S, the most one rank ever sends, fits in an int64 for every listed N.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
-from dpsim.sim.checks import require_choice, require_finite, require_int
 from dpsim.sim.hardware import Link
-from dpsim.sim.limits import MAX_NBYTES, MAX_WORLD_SIZE
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter",
                "gather")
 ALGORITHMS = ("ring", "tree", "naive")
-
-
-
-def check_collective(collective: str, nbytes: int, world_size: int, algorithm: str,
-                     max_world_size: int = MAX_WORLD_SIZE) -> None:
-    """Refuse an unknown collective or algorithm, or nbytes / world_size out of range."""
-    require_choice("collective", collective, COLLECTIVES)
-    require_choice("algorithm", algorithm, ALGORITHMS)
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_int("world_size", world_size, 1, max_world_size)
-
-
-def check_link(link: Link, field: str = "link") -> Link:
-    """Refuse anything but a `Link` with finite latency (>= 0 us) and bandwidth (> 0 GB/s)."""
-    if not isinstance(link, Link):
-        raise ValueError(f"{field}={link!r} is not a Link; give a dpsim.sim.hardware.Link")
-    require_finite(f"{field}.latency_us", link.latency_us, 0)
-    require_finite(f"{field}.bandwidth_GBps", link.bandwidth_GBps, 0, low_inclusive=False)
-    return link
 
 
 def finite_seconds(seconds: float, latency_s: float, link: Link, field: str = "link") -> float:
@@ -52,11 +30,3 @@ def finite_seconds(seconds: float, latency_s: float, link: Link, field: str = "l
                          "overflows; give a smaller latency")
     raise ValueError(f"{field}.bandwidth_GBps={link.bandwidth_GBps!r} is too small: the time "
                      "overflows; give a larger bandwidth")
-
-
-def check_names(field: str, names: Sequence[str], allowed: Sequence[str]) -> list[str]:
-    """Every entry of a list of names is one of `allowed`; a bare string is refused."""
-    if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ValueError(f"{field}={names!r} is not a list of names; give a list or tuple "
-                         f"of {', '.join(repr(a) for a in allowed)}")
-    return [require_choice(f"{field}[{i}]", name, allowed) for i, name in enumerate(names)]

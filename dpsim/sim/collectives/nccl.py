@@ -50,8 +50,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
-from dpsim.sim.checks import require_choice, require_int, require_type
+from dpsim.sim.checks import Int, OneOf, check_fields, require_choice
 from dpsim.sim.collectives.link_constants import SPINE_EXTRA_SWITCH_HOPS, SWITCH_HOP_US
 from dpsim.sim.collectives.params import DEFAULT_PARAMS, ModelParams
 from dpsim.sim.collectives.protocols import (
@@ -62,25 +63,25 @@ from dpsim.sim.collectives.protocols import (
     tree_correction,
 )
 from dpsim.sim.hardware import Cluster, Link
-from dpsim.sim.limits import MAX_DEVICES_PER_NODE, MAX_NBYTES, MAX_NODES
+from dpsim.sim.limits import MAX_DEVICES_PER_NODE, MAX_NODES, NBytes, WorldSize
 
 NCCL_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 NCCL_ALGORITHMS = ("ring", "tree", "nvls")
 ALGORITHM_CHOICES = ("auto", *NCCL_ALGORITHMS)
-
-
+RanksPerNode = Annotated[int, Int(1, MAX_DEVICES_PER_NODE)]
+NcclCollective = Annotated[str, OneOf(NCCL_COLLECTIVES)]
+Protocol = Annotated[str, OneOf(PROTOCOL_CHOICES)]
 
 
 @dataclass(frozen=True)
 class GroupShape:
     """A process group: `ranks_per_node` ranks on each of `n_nodes` nodes."""
 
-    n_nodes: int
-    ranks_per_node: int
+    n_nodes: Annotated[int, Int(1, MAX_NODES)]
+    ranks_per_node: RanksPerNode
 
     def __post_init__(self) -> None:
-        require_int("n_nodes", self.n_nodes, 1, MAX_NODES)
-        require_int("ranks_per_node", self.ranks_per_node, 1, MAX_DEVICES_PER_NODE)
+        check_fields(self)
 
     @property
     def world_size(self) -> int:
@@ -88,26 +89,22 @@ class GroupShape:
         return self.n_nodes * self.ranks_per_node
 
 
-def group_shape(cluster: Cluster, n_devices: int | None = None,
-                ranks_per_node: int | None = None) -> GroupShape:
+def group_shape(cluster: Cluster, n_devices: WorldSize | None = None,
+                ranks_per_node: RanksPerNode | None = None) -> GroupShape:
     """The group of `n_devices` ranks (default: all), `ranks_per_node` on each node
     (default: fill nodes first). HSDP's replicate group: ranks_per_node=1."""
-    require_type("cluster", cluster, Cluster)
-    n = cluster.world_size if n_devices is None else require_int(
-        "n_devices", n_devices, 1, cluster.world_size)
-    per = min(n, cluster.devices_per_node) if ranks_per_node is None else require_int(
-        "ranks_per_node", ranks_per_node, 1, cluster.devices_per_node)
+    n = cluster.world_size if n_devices is None else n_devices
+    per = min(n, cluster.devices_per_node) if ranks_per_node is None else ranks_per_node
+    for field, value, most in (("n_devices", n, cluster.world_size),
+                               ("ranks_per_node", per, cluster.devices_per_node)):
+        if value > most:
+            raise ValueError(f"{field}={value!r} is out of range; allowed >= 1 and <= {most} "
+                             f"(cluster {cluster.name!r})")
     if n % per or n // per > cluster.n_nodes:
         raise ValueError(f"n_devices={n} is not ranks_per_node={per} on each of at most "
                          f"{cluster.n_nodes} nodes; allowed: a multiple of {per} up to "
                          f"{per * cluster.n_nodes}")
     return GroupShape(n // per, per)
-
-
-def _check(cluster: Cluster, shape: GroupShape, collective: str = "all_reduce") -> None:
-    require_choice("collective", collective, NCCL_COLLECTIVES)
-    require_type("cluster", cluster, Cluster)
-    require_type("shape", shape, GroupShape)
 
 
 def _rate(link: Link, params: ModelParams) -> float:
@@ -118,12 +115,6 @@ def _rate(link: Link, params: ModelParams) -> float:
 def rates(cluster: Cluster, shape: GroupShape, params: ModelParams = DEFAULT_PARAMS
           ) -> tuple[float, float, float]:
     """(B_i, B_n, B_s) in bytes/s per rank; B_n = inf on one node, B_s = 0 without NVLS."""
-    _check(cluster, shape)
-    return _rates(cluster, shape, params)
-
-
-def _rates(cluster: Cluster, shape: GroupShape, params: ModelParams
-           ) -> tuple[float, float, float]:
     b_i = _rate(cluster.intra_node, params)
     b_n = math.inf
     if shape.n_nodes > 1 and cluster.inter_node is not None:
@@ -138,11 +129,6 @@ def available(collective: str, cluster: Cluster, shape: GroupShape) -> tuple[str
     """The algorithms NCCL has for this collective on this topology: ring always; tree for
     an all-reduce across nodes; NVLS for an all-reduce, all-gather or reduce-scatter inside
     one NVLS node (across nodes NCCL's NVLS needs CollNet, tuning.cc line 484)."""
-    _check(cluster, shape, collective)
-    return _available(collective, cluster, shape)
-
-
-def _available(collective: str, cluster: Cluster, shape: GroupShape) -> tuple[str, ...]:
     if shape.world_size == 1 or collective in ("broadcast", "reduce"):
         return ("ring",)
     algos = ["ring"]
@@ -162,16 +148,8 @@ def time_terms(collective: str, cluster: Cluster, shape: GroupShape, algorithm: 
                protocol: str, params: ModelParams = DEFAULT_PARAMS) -> tuple[float, float]:
     """(latency s, s per byte) of one (algorithm, protocol): a collective of S bytes takes
     latency + S x (s per byte) seconds, NCCL's own form."""
-    require_choice("algorithm", algorithm, available(collective, cluster, shape))
-    require_choice("protocol", protocol, protocols_for(algorithm, cluster))
-    require_type("params", params, ModelParams)
-    return _terms(collective, cluster, shape, algorithm, protocol, params)
-
-
-def _terms(collective: str, cluster: Cluster, shape: GroupShape, algorithm: str,
-           protocol: str, params: ModelParams) -> tuple[float, float]:
     n, m, r = shape.world_size, shape.n_nodes, shape.ranks_per_node
-    b_i, b_n, b_s = _rates(cluster, shape, params)
+    b_i, b_n, b_s = rates(cluster, shape, params)
     if algorithm == "ring":
         factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}.get(
             collective, (n - 1) / n)
@@ -191,7 +169,7 @@ def _terms(collective: str, cluster: Cluster, shape: GroupShape, algorithm: str,
 
 def _pair_time_s(collective: str, s: float, cluster: Cluster, shape: GroupShape,
                  algorithm: str, protocol: str, params: ModelParams) -> float:
-    latency, per_byte = _terms(collective, cluster, shape, algorithm, protocol, params)
+    latency, per_byte = time_terms(collective, cluster, shape, algorithm, protocol, params)
     nvls_node = cluster.nvls and shape.ranks_per_node > 1
     return latency + s * per_byte / tree_correction(collective, algorithm, protocol, int(s),
                                                     nvls_node) \
@@ -209,48 +187,30 @@ def bottleneck(cluster: Cluster, shape: GroupShape) -> Link:
 def pairs(collective: str, cluster: Cluster, shape: GroupShape,
           protocol: str = "auto") -> list[tuple[str, str]]:
     """The enabled (algorithm, protocol) pairs, in NCCL's order (`protocol`: only those)."""
-    _check(cluster, shape, collective)
-    require_choice("protocol", protocol, PROTOCOL_CHOICES)
-    return _pairs(collective, cluster, shape, protocol)
-
-
-def _pairs(collective: str, cluster: Cluster, shape: GroupShape, protocol: str
-           ) -> list[tuple[str, str]]:
-    return [(a, p) for a in _available(collective, cluster, shape)
+    return [(a, p) for a in available(collective, cluster, shape)
             for p in protocols_for(a, cluster) if protocol in ("auto", p)]
 
 
 def _algorithm_time_s(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
                       algorithm: str, protocol: str, params: ModelParams) -> float:
     """Seconds with `algorithm` and `protocol` ("auto": the protocol of that algorithm with
-    the smallest modelled time), on checked inputs."""
-    protos = protocols_for(algorithm, cluster)
-    if protocol != "auto":
-        protos = (require_choice("protocol", protocol, protos),)
+    the smallest modelled time; else one of `protocols_for(algorithm, cluster)`)."""
+    protos = protocols_for(algorithm, cluster) if protocol == "auto" else (protocol,)
     if shape.world_size == 1:
         return 0.0
     return min(_pair_time_s(collective, float(nbytes), cluster, shape, algorithm, p, params)
                for p in protos)
 
 
-def choose(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
-           params: ModelParams = DEFAULT_PARAMS, *, protocol: str = "auto"
+def choose(collective: NcclCollective, nbytes: NBytes, cluster: Cluster, shape: GroupShape,
+           params: ModelParams = DEFAULT_PARAMS, *, protocol: Protocol = "auto"
            ) -> tuple[str, str, float]:
     """(algorithm, protocol, seconds) by NCCL's rule: the enabled pair with the smallest
     modelled time (ties: the first in NCCL's order, ring before tree before NVLS, LL before
     LL128 before Simple); `protocol`: choose among that protocol's pairs only."""
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    _check(cluster, shape, collective)
-    require_choice("protocol", protocol, PROTOCOL_CHOICES)
-    require_type("params", params, ModelParams)
-    return _choose(collective, nbytes, cluster, shape, params, protocol)
-
-
-def _choose(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
-            params: ModelParams, protocol: str) -> tuple[str, str, float]:
-    options = _pairs(collective, cluster, shape, protocol)
+    options = pairs(collective, cluster, shape, protocol)
     if not options:
-        runs = sorted({p for _, p in _pairs(collective, cluster, shape, "auto")})
+        runs = sorted({p for _, p in pairs(collective, cluster, shape, "auto")})
         raise ValueError(f"protocol={protocol!r} runs no algorithm of {collective} here; "
                          f"allowed: {runs}")
     if shape.world_size == 1:
@@ -261,9 +221,11 @@ def _choose(collective: str, nbytes: int, cluster: Cluster, shape: GroupShape,
     return (*options[i], times[i])
 
 
-def nccl_time_s(collective: str, nbytes: int, cluster: Cluster, n_devices: int | None = None,
-                *, ranks_per_node: int | None = None, algorithm: str = "auto",
-                protocol: str = "auto", params: ModelParams = DEFAULT_PARAMS) -> float:
+def nccl_time_s(collective: NcclCollective, nbytes: NBytes, cluster: Cluster,
+                n_devices: WorldSize | None = None, *,
+                ranks_per_node: RanksPerNode | None = None,
+                algorithm: Annotated[str, OneOf(ALGORITHM_CHOICES)] = "auto",
+                protocol: Protocol = "auto", params: ModelParams = DEFAULT_PARAMS) -> float:
     """Seconds for one NCCL collective over a group of `cluster` (see the module table):
     `algorithm` and `protocol` "auto" are NCCL's choice (`choose`), else forced where this
     collective has them on this group; `params` the model's constants (default: fitted).
@@ -276,14 +238,12 @@ def nccl_time_s(collective: str, nbytes: int, cluster: Cluster, n_devices: int |
     True
     """
     shape = group_shape(cluster, n_devices, ranks_per_node)
-    require_choice("collective", collective, NCCL_COLLECTIVES)
-    require_choice("algorithm", algorithm, ALGORITHM_CHOICES)
-    require_choice("protocol", protocol, PROTOCOL_CHOICES)
-    require_int("nbytes", nbytes, 0, MAX_NBYTES)
-    require_type("params", params, ModelParams)
     if algorithm == "auto":
-        return _choose(collective, nbytes, cluster, shape, params, protocol)[2]
-    require_choice("algorithm", algorithm, _available(collective, cluster, shape))
+        return choose(collective, nbytes, cluster, shape, params, protocol=protocol)[2]
+    # what this collective runs on this group
+    require_choice("algorithm", algorithm, available(collective, cluster, shape))
+    if protocol != "auto":
+        require_choice("protocol", protocol, protocols_for(algorithm, cluster))
     return _algorithm_time_s(collective, nbytes, cluster, shape, algorithm, protocol, params)
 
 

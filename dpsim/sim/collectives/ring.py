@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
-from dpsim.sim.checks import require_int
-from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_RING_RANKS, MAX_RING_STORED
+from dpsim.sim.checks import Int
+from dpsim.sim.limits import MAX_RING_RANKS, MAX_RING_STORED, ListedRanks
 
 PHASES = ("start", "reduce_scatter", "all_gather")
 
@@ -57,10 +58,9 @@ class RingStep:
         return f"{self.phase} step {self.step}/{n_steps}"
 
 
-def chunk_bounds(length: int, n_chunks: int) -> list[tuple[int, int]]:
+def chunk_bounds(length: Annotated[int, Int(0)], n_chunks: ListedRanks
+                 ) -> list[tuple[int, int]]:
     """[start, stop) of `n_chunks` near-equal chunks of `length` elements (as np.array_split)."""
-    require_int("length", length, 0)
-    require_int("n_chunks", n_chunks, 1, MAX_LISTED_RANKS)
     base, extra = divmod(length, n_chunks)
     bounds, start = [], 0
     for i in range(n_chunks):
@@ -72,8 +72,6 @@ def chunk_bounds(length: int, n_chunks: int) -> list[tuple[int, int]]:
 
 def chunk_sizes(length: int, n_chunks: int) -> np.ndarray:
     """Elements in each chunk of `chunk_bounds(length, n_chunks)`, as an int64 array."""
-    require_int("length", length, 0, MAX_NBYTES)
-    require_int("n_chunks", n_chunks, 1, MAX_LISTED_RANKS)
     base, extra = divmod(length, n_chunks)
     return base + (np.arange(n_chunks) < extra).astype(np.int64)
 

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from dpsim.sim.checks import require_finite, require_int
+from dpsim.sim.checks import Each, Int, OneOf, require_finite, require_int
 from dpsim.sim.collectives.cost import (
     ALGORITHMS,
+    Collective,
     bandwidths_GBps,
-    bus_bandwidth_factor,
     bytes_received_per_rank,
     bytes_sent_per_rank,
     collective_times_s,
     ring_bytes_per_rank_formula,
 )
 from dpsim.sim.collectives.limits import COLLECTIVES as COLLECTIVES  # what `collective` takes
-from dpsim.sim.collectives.limits import check_collective, check_names
 from dpsim.sim.hardware import Link
-from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES
+from dpsim.sim.limits import MAX_NBYTES, ListedRanks, NBytes, WorldSize
+
+Algorithms = Annotated[Sequence[str], Each(OneOf(ALGORITHMS), 0)]
+Sizes = Annotated[Sequence[int], Each(Int(0, MAX_NBYTES), 0)]  # bytes of the full tensor
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,9 @@ class SizeSeries:
     busbw_GBps: list[float]
 
 
-def rank_traffic(collective: str, nbytes: int, world_size: int,
-                 algorithms: Sequence[str] = ("naive", "tree", "ring")) -> RankTraffic:
+def rank_traffic(collective: Collective, nbytes: NBytes, world_size: ListedRanks,
+                 algorithms: Algorithms = ("naive", "tree", "ring")) -> RankTraffic:
     """Bytes sent and received by every rank under each algorithm (simulated)."""
-    check_collective(collective, nbytes, world_size, "ring", MAX_LISTED_RANKS)
-    check_names("algorithms", algorithms, ALGORITHMS)
     return RankTraffic(
         collective, nbytes, world_size,
         {a: bytes_sent_per_rank(collective, nbytes, world_size, a) for a in algorithms},
@@ -60,10 +61,9 @@ def rank_traffic(collective: str, nbytes: int, world_size: int,
         ring_bytes_per_rank_formula(nbytes, world_size))
 
 
-def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: int,
-                     collective: str = "all_reduce") -> dict[str, SizeSeries]:
+def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: WorldSize,
+                     collective: Collective = "all_reduce") -> dict[str, SizeSeries]:
     """algbw and busbw (nccl-tests definitions) of measured seconds per size, per impl."""
-    bus_bandwidth_factor(collective, world_size)  # checks collective and world_size
     _check_measured(measured)
     out = {}
     for impl, per_size in measured.items():
@@ -74,12 +74,11 @@ def bandwidth_series(measured: Mapping[str, Mapping[int, float]], world_size: in
     return out
 
 
-def model_series(collective: str, world_size: int, link: Link, sizes_bytes: Sequence[int],
-                 algorithms: Sequence[str] = ALGORITHMS) -> dict[str, SizeSeries]:
+def model_series(collective: Collective, world_size: WorldSize, link: Link, sizes_bytes: Sizes,
+                 algorithms: Algorithms = ALGORITHMS) -> dict[str, SizeSeries]:
     """Alpha-beta seconds, algbw and busbw per size for each algorithm (0 GB/s at 0 s)."""
-    names = check_names("algorithms", algorithms, ALGORITHMS)
     out = {}
-    for algorithm in names:  # each call checks collective, world_size, link and the sizes
+    for algorithm in algorithms:
         times = collective_times_s(collective, sizes_bytes, world_size, link, algorithm)
         out[algorithm] = SizeSeries(list(sizes_bytes), times,
                                     *bandwidths_GBps(collective, world_size, sizes_bytes, times))
