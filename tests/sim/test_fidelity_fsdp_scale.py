@@ -145,10 +145,6 @@ def test_the_width_law_rises_with_width_and_flops_per_byte() -> None:
     assert fsdp_width.factor(10.0, h100, 8192, 4096) > wider  # more FLOPs per byte
     assert fsdp_width.factor(10.0, a100, 4096, 8192) == pytest.approx(1 / wider)
     assert fsdp_width.h0(10.0, a100) == pytest.approx(10 * 312e12 / 2039e9)
-    with pytest.raises(ValueError, match="kappa="):
-        fsdp_width.h0(-1.0, a100)
-    with pytest.raises(ValueError, match="width="):
-        fsdp_width.factor(1.0, a100, 0, 4096)
 
 
 def test_kappa_sees_only_its_training_point(data: dict[str, Any],
@@ -178,5 +174,3 @@ def test_the_law_s_bytes_against_a_block_s_elementwise_bytes(
     ratio = fsdp_width.bytes_ratio(10.0, 0.5, 4e8, 4096, 11008)
     assert ratio == pytest.approx(4e8 * 10 / (0.5 * 4096) / (28 * 4096 + 6 * 11008))
     assert evaluated["width_law"]["bytes_ratio"] > 1  # more than bandwidth alone explains
-    with pytest.raises(ValueError, match="e_inf="):
-        fsdp_width.bytes_ratio(10.0, 1.5, 4e8, 4096, 11008)

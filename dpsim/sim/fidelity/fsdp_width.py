@@ -21,7 +21,6 @@ factor(h) = eff(h) / eff(h_fit) is applied to its other points.
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_finite, require_int, require_type
 from dpsim.sim.hardware import Device
 
 KAPPA_RANGE = (0.0, 200.0)  # searched by bisection; 0 is a flat efficiency
@@ -30,15 +29,11 @@ KAPPA_RANGE = (0.0, 200.0)  # searched by bisection; 0 is a flat efficiency
 def h0(kappa: float, device: Device) -> float:
     """The width (elements) at which the non-matmul time equals the matmul time:
     kappa * bf16 peak FLOP/s / memory bytes/s."""
-    require_finite("kappa", kappa, *KAPPA_RANGE)
-    require_type("device", device, Device)
     return kappa * device.bf16_tflops * 1e12 / (device.mem_bw_GBps * 1e9)
 
 
 def factor(kappa: float, device: Device, width: int, fit_width: int) -> float:
     """Efficiency at `width` over the efficiency at `fit_width` (both d_model, elements)."""
-    require_int("width", width, 1, 1 << 20)
-    require_int("fit_width", fit_width, 1, 1 << 20)
     w0 = h0(kappa, device)
     return (width / (width + w0)) / (fit_width / (fit_width + w0))
 
@@ -47,8 +42,6 @@ def elementwise_bytes(width: int, d_ff: int) -> int:
     """Bytes per token one Llama block's elementwise operators read and write in forward
     (bf16): two RMSNorms (read h, write h), rotary on q and k (read and write 2h), SwiGLU
     (read 2 d_ff, write d_ff), two residual adds (read 2h, write h): 28 h + 6 d_ff."""
-    require_int("width", width, 1, 1 << 20)
-    require_int("d_ff", d_ff, 1, 1 << 20)
     return 28 * width + 6 * d_ff
 
 
@@ -57,7 +50,4 @@ def bytes_ratio(kappa: float, e_inf: float, matmul_flops: float, width: int,
     """The bytes per token and block the law's non-matmul time would move at full memory
     bandwidth, over `elementwise_bytes`: matmul time * h0 / h at bandwidth BW is
     matmul_flops * kappa / (e_inf * h) bytes (`matmul_flops`: forward, per token)."""
-    require_finite("kappa", kappa, *KAPPA_RANGE)
-    require_finite("e_inf", e_inf, 0, 1, low_inclusive=False)
-    require_finite("matmul_flops", matmul_flops, 0)
     return matmul_flops * kappa / (e_inf * width) / elementwise_bytes(width, d_ff)
