@@ -20,11 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpsim.sim.checks import require_int
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.limits import MAX_BATCH, MAX_PLANNER_DEVICES
-from dpsim.sim.planner import plan
-from dpsim.sim.strategies.inputs import require_cluster, require_workload
+from dpsim.sim.limits import Samples
+from dpsim.sim.planner import Devices, plan
 from dpsim.sim.workload import Workload
 
 GIB = 1024**3
@@ -53,13 +51,9 @@ class BeyondDataParallel:
         return self.lowest_peak_bytes <= self.memory_bytes and not self.below_batch_floor
 
 
-def beyond_data_parallel(workload: Workload, cluster: Cluster, n_devices: int,
-                         global_batch: int) -> BeyondDataParallel:
+def beyond_data_parallel(workload: Workload, cluster: Cluster, n_devices: Devices,
+                         global_batch: Samples) -> BeyondDataParallel:
     """Check the two limits of data parallelism for `workload` on `n_devices` of `cluster`."""
-    require_workload(workload)
-    require_cluster(cluster)
-    require_int("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
-    require_int("global_batch", global_batch, 1, MAX_BATCH)
     lowest = plan(workload, cluster, "fsdp", n_devices, n_devices,
                   activation_checkpointing=True)
     memory = lowest.memory_bytes

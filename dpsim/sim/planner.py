@@ -12,28 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim.checks import Each, Instance, Int, OneOf, require_choice, require_int
 from dpsim.sim.collectives.group_cost import group_link, uses_nccl
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, step_compute_s
-from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
+from dpsim.sim.cost.memory import PRECISIONS, Optimizer, precision_dtype
 from dpsim.sim.hardware import Cluster, Link
-from dpsim.sim.limits import MAX_BATCH, MAX_NODES, MAX_PLANNER_DEVICES
+from dpsim.sim.limits import MAX_BATCH, MAX_NODES, MAX_PLANNER_DEVICES, Samples
 from dpsim.sim.strategies.crossover import crossover_formula as crossover_formula  # re-exported
 from dpsim.sim.strategies.crossover import solve_crossover, topology_crossover
-from dpsim.sim.strategies.inputs import (
-    require_cluster,
-    require_instance,
-    require_ints,
-    require_names,
-    require_sequence,
-    require_workload,
-    shown,
-)
+from dpsim.sim.strategies.inputs import require_workload, shown
 from dpsim.sim.strategies.knobs import (
     DEFAULT_PRECISION,
+    PLANNER_PRECISIONS,
     apply_knobs,
     base_precision,
     resolve_precision,
@@ -46,6 +39,14 @@ from dpsim.sim.workload import DTYPE_BYTES, Workload
 PLAN_PRECISIONS = tuple(p for p in PRECISIONS if p != "bf16")
 POWERS_OF_TWO = tuple(2**k for k in range(11))  # 1 .. 1024 devices
 MODES = ("strong", "weak")
+
+# the hints of the planner's arguments
+StrategyName = Annotated[str, OneOf(names)]  # a registered strategy
+Devices = Annotated[int, Int(1, MAX_PLANNER_DEVICES)]  # devices of one planned step
+# device counts (an empty list is refused by name in the function: see `_nonempty`)
+DeviceCounts = Annotated[Sequence[int], Each(Int(1, MAX_PLANNER_DEVICES), 0)]
+PlannerPrecision = Annotated[str, OneOf(PLANNER_PRECISIONS)]
+Mode = Annotated[str, OneOf(MODES)]
 
 
 @dataclass(frozen=True)
@@ -88,17 +89,15 @@ class PlanResult:
         return min(1.0, self.single_device_s / self.step_s) if self.step_s > 0 else 1.0
 
 
-def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
-    """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
-    s = get_strategy(strategy)
-    require_int("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
-    require_int("global_batch", global_batch, 1, MAX_BATCH)
-    return s.split_batch(n_devices, global_batch)
+def _nonempty(field: str, values: Sequence[Any]) -> None:
+    if not values:
+        raise ValueError(f"{field}={values!r} is empty; allowed: at least one value")
 
 
-def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
-         global_batch: int, *, precision: str = DEFAULT_PRECISION, optimizer: str = "adam",
-         activation_checkpointing: bool = False, offload: bool = False) -> PlanResult:
+def plan(workload: Workload, cluster: Cluster, strategy: StrategyName, n_devices: Devices,
+         global_batch: Samples, *, precision: PlannerPrecision = DEFAULT_PRECISION,
+         optimizer: Optimizer = "adam", activation_checkpointing: bool = False,
+         offload: bool = False) -> PlanResult:
     """Simulate one step of `strategy` on `cluster` resized to `n_devices` devices.
 
     The cluster preset gives the device and the links (nodes fill first; beyond one node
@@ -108,23 +107,12 @@ def plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
     is the strategy's own: torch's scheme for FSDP ("torch_amp": fp32 states, bf16 compute,
     as FSDP2's MixedPrecisionPolicy keeps them), "mixed" for the others.
     """
-    require_workload(workload)
-    require_cluster(cluster)
-    check_batch(strategy, n_devices, global_batch)
-    precision = resolve_precision(strategy, precision)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
-    if get_strategy(strategy).single_node:
-        require_int("n_devices", n_devices, 1, cluster.devices_per_node)
-    return _plan(workload, cluster, strategy, n_devices, global_batch, precision, optimizer,
-                 activation_checkpointing, offload)
-
-
-def _plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
-          global_batch: int, precision: str, optimizer: str, activation_checkpointing: bool,
-          offload: bool) -> PlanResult:
-    """`plan` on checked arguments (knobs are checked by `apply_knobs`, as in `plan`)."""
+    require_workload(workload)  # a layer that computes
     s = get_strategy(strategy)
-    b = s.split_batch(n_devices, global_batch)
+    b = s.split_batch(n_devices, global_batch)  # ValueError when the batch does not split
+    if s.single_node:
+        require_int("n_devices", n_devices, 1, cluster.devices_per_node)
+    precision = resolve_precision(strategy, precision)
     base = base_precision(precision)
     sized = cluster.with_devices(n_devices)
     one = step_compute_s(workload, b, sized.device, precision_dtype(base), optimizer)
@@ -136,41 +124,39 @@ def _plan(workload: Workload, cluster: Cluster, strategy: str, n_devices: int,
                       r.peak_bytes, sized.device.memory_bytes, r.sent_bytes_per_device, one)
 
 
-def scaling_curve(workload: Workload, cluster: Cluster, strategy: str, batch: int, *,
-                  mode: str = "strong", n_devices: Sequence[int] = POWERS_OF_TWO,
-                  precision: str = DEFAULT_PRECISION, optimizer: str = "adam",
+def scaling_curve(workload: Workload, cluster: Cluster, strategy: StrategyName,
+                  batch: Samples, *, mode: Mode = "strong",
+                  n_devices: DeviceCounts = POWERS_OF_TWO,
+                  precision: PlannerPrecision = DEFAULT_PRECISION, optimizer: Optimizer = "adam",
                   activation_checkpointing: bool = False, offload: bool = False
                   ) -> list[PlanResult]:
     """`plan` at each device count: strong keeps the global batch `batch`, weak keeps
     `batch` per device. Counts that do not split the global batch are skipped."""
-    require_workload(workload)
-    require_cluster(cluster)
-    require_choice("mode", mode, MODES)
+    _nonempty("n_devices", n_devices)
+    if mode == "weak":  # batch * n samples in all
+        require_int("batch", batch, 1, MAX_BATCH // max(n_devices))
     s = get_strategy(strategy)
-    counts = require_ints("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
-    require_int("batch", batch, 1, MAX_BATCH if mode == "strong" else MAX_BATCH // max(counts))
     precision = resolve_precision(strategy, precision)
-    require_choice("optimizer", optimizer, OPTIMIZERS)
     out = []
-    for n in counts:
+    for n in n_devices:
         if s.single_node and n > cluster.devices_per_node:
             continue
         global_batch = batch if mode == "strong" else batch * n
         if mode == "strong" and (global_batch % n or global_batch < n):
             continue
-        out.append(_plan(workload, cluster, strategy, n, global_batch, precision, optimizer,
-                         activation_checkpointing, offload))
+        out.append(plan(workload, cluster, strategy, n, global_batch, precision=precision,
+                        optimizer=optimizer, activation_checkpointing=activation_checkpointing,
+                        offload=offload))
     if not out:
         raise ValueError(f"batch={batch} splits over none of n_devices={list(n_devices)}; "
                          "allowed: a batch that is a multiple of some device count")
     return out
 
 
-def efficiencies(curve: Sequence[PlanResult], mode: str = "strong") -> list[float]:
+def efficiencies(curve: Annotated[Sequence[PlanResult], Each(Instance(PlanResult), 0)],
+                 mode: Mode = "strong") -> list[float]:
     """Scaling efficiency against the curve's first point: strong t1 / (N tN), weak t1 / tN."""
-    for i, p in enumerate(require_sequence("curve", curve)):
-        require_instance(f"curve[{i}]", p, PlanResult, "a planner.PlanResult (scaling_curve)")
-    require_choice("mode", mode, MODES)
+    _nonempty("curve", curve)
     first = curve[0]
     out = []
     for p in curve:
@@ -222,15 +208,6 @@ def hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
                 precision: str = "mixed") -> tuple[float, float]:
     """(c0, c): the compute that communication overlaps, c0 + c*batch seconds (backward for
     DDP, forward + backward for ZeRO-3), as the line through batches 1024 and 2048."""
-    require_workload(workload)
-    require_cluster(cluster)
-    get_strategy(strategy)
-    require_choice("precision", precision, PRECISIONS)
-    return _hide_cost_s(workload, cluster, strategy, precision)
-
-
-def _hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
-                 precision: str) -> tuple[float, float]:
     dev, dt = cluster.device, precision_dtype(precision)
     terms = get_strategy(strategy).crossover_terms(workload, dt)
     forward = terms is not None and terms.forward_covered
@@ -246,22 +223,29 @@ def _hide_cost_s(workload: Workload, cluster: Cluster, strategy: str,
     return max(0.0, cover(1024) - 1024 * c), c
 
 
-def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch: int, *,
-              precision: str = DEFAULT_PRECISION,
-              n_devices: Sequence[int] = POWERS_OF_TWO) -> Crossover:
+def crossover(workload: Workload, cluster: Cluster, strategy: StrategyName,
+              global_batch: Samples, *, precision: PlannerPrecision = DEFAULT_PRECISION,
+              n_devices: DeviceCounts = POWERS_OF_TWO) -> Crossover:
     """Strong scaling of a fixed global batch: the compute per device c*G/N shrinks while
     each step still moves k model-sized tensors (k*S/B) and pays A*(N-1) latencies. The
     formula's N* sits next to the first simulated count whose comm time >= its cover.
     S is counted in the compute dtype; under "torch_amp" (FSDP's default) the gradients
     are reduce-scattered in fp32, twice a bf16 model size: k = 2 + 2 = 4."""
-    _check_crossover(workload, cluster, global_batch, precision, n_devices)
+    require_workload(workload)  # a layer that computes
+    _nonempty("n_devices", n_devices)
+    if workload.n_params == 0:
+        raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
+                         "with parameters to communicate")
+    if all(global_batch % n for n in n_devices):
+        raise ValueError(f"global_batch={global_batch} splits over none of n_devices="
+                         f"{list(n_devices)}; allowed: a multiple of some device count")
     able = [n for n in names() if get_strategy(n).crossover_terms(workload, "bf16") is not None]
     require_choice("strategy", strategy, able)
     precision = resolve_precision(strategy, precision)
     base = base_precision(precision)
     dt = precision_dtype(base)
     terms = {n: get_strategy(n).crossover_terms(workload, dt) for n in names()}
-    c0, c = _hide_cost_s(workload, cluster, strategy, base)
+    c0, c = hide_cost_s(workload, cluster, strategy, base)
     term = terms[strategy]
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms
@@ -298,22 +282,6 @@ def crossover(workload: Workload, cluster: Cluster, strategy: str, global_batch:
                      topology, term.collectives)
 
 
-def _check_crossover(workload: Workload, cluster: Cluster, global_batch: int, precision: str,
-                     n_devices: Sequence[int]) -> None:
-    """What `crossover` accepts: a model with parameters, a batch some count splits."""
-    require_workload(workload)
-    require_cluster(cluster)
-    require_int("global_batch", global_batch, 1, MAX_BATCH)
-    require_choice("precision", precision, (DEFAULT_PRECISION, *PLAN_PRECISIONS, "torch_amp"))
-    counts = require_ints("n_devices", n_devices, 1, MAX_PLANNER_DEVICES)
-    if workload.n_params == 0:
-        raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
-                         "with parameters to communicate")
-    if all(global_batch % n for n in counts):
-        raise ValueError(f"global_batch={global_batch} splits over none of n_devices="
-                         f"{counts}; allowed: a multiple of some device count")
-
-
 def _solve_for(cluster: Cluster, *args: Any) -> float:
     """`solve_crossover` for `crossover`: no crossover is the cluster's doing (no latency)."""
     n_star = solve_crossover(*args)
@@ -338,18 +306,19 @@ def _uncovered_s(workload: Workload, cluster: Cluster, forward_covered: bool, p:
 
 # --- the strategies side by side -----------------------------------------------------------
 
-def summary_table(workload: Workload, cluster: Cluster, n_devices: int | None = None,
-                  global_batch: int | None = None, *, precision: str = DEFAULT_PRECISION,
-                  strategies: Sequence[str] | None = None) -> list[dict[str, object]]:
+def summary_table(workload: Workload, cluster: Cluster, n_devices: Devices | None = None,
+                  global_batch: Samples | None = None, *,
+                  precision: PlannerPrecision = DEFAULT_PRECISION,
+                  strategies: Annotated[Sequence[str], Each(OneOf(names), 0)] | None = None
+                  ) -> list[dict[str, object]]:
     """One row per strategy (default: every registered one) with every number simulated for
     `workload` on `cluster`: traffic and memory per device, step time, throughput (defaults:
     one node, 8 per device; a strategy limited to fewer devices gets their share of it)."""
-    require_cluster(cluster)
     n = cluster.devices_per_node if n_devices is None else n_devices
-    require_int("n_devices", n, 1, MAX_PLANNER_DEVICES)
     g = 8 * n if global_batch is None else global_batch
-    require_int("global_batch", g, 1, MAX_BATCH)
-    chosen = names() if strategies is None else require_names("strategies", strategies, names())
+    if strategies is not None:
+        _nonempty("strategies", strategies)
+    chosen = names() if strategies is None else strategies
     rows: list[dict[str, object]] = []
     for name in chosen:
         s = get_strategy(name)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsim.sim.beyond_data_parallel import beyond_data_parallel
-from dpsim.sim.hardware import CLUSTERS
-from dpsim.sim.planner import plan
-from dpsim.sim.workload import get_workload
+from dpsim.sim import CLUSTERS, beyond_data_parallel, get_workload, plan
 
 
 def test_a_model_too_big_for_any_data_parallelism_is_sent_to_tensor_parallelism() -> None:

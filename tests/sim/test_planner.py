@@ -7,10 +7,16 @@ from typing import Any
 
 import pytest
 
-from dpsim.sim.hardware import CLUSTERS
-from dpsim.sim.planner import crossover, efficiencies, plan, scaling_curve, summary_table
-from dpsim.sim.strategies.registry import names
-from dpsim.sim.workload import get_workload
+from dpsim.sim import (
+    CLUSTERS,
+    crossover,
+    efficiencies,
+    get_workload,
+    plan,
+    scaling_curve,
+    summary_table,
+)
+from dpsim.sim import strategy_names as names
 
 CLUSTER = CLUSTERS["h100-ib-128"]
 
@@ -127,9 +133,19 @@ def test_bad_input_names_the_field(gpt2, kwargs: dict, field: str) -> None:  # t
 def test_bad_scaling_input(gpt2) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="mode"):
         scaling_curve(gpt2, CLUSTER, "ddp", 64, mode="sideways")
-    for strategy in ("dp", "zero1", "single", "tp"):
+    for strategy in ("dp", "zero1", "single"):
         with pytest.raises(ValueError, match=r"strategy=.*allowed: 'ddp', 'fsdp'$"):
             crossover(gpt2, CLUSTER, strategy, 64)
+    with pytest.raises(ValueError, match=r"^strategy='tp' is not known"):
+        crossover(gpt2, CLUSTER, "tp", 64)
+    with pytest.raises(ValueError, match=r"^n_devices=\[\] is empty"):
+        scaling_curve(gpt2, CLUSTER, "ddp", 64, n_devices=[])
+    with pytest.raises(ValueError, match=r"^batch=16385 is out of range"):  # x 1024 > 2**24
+        scaling_curve(gpt2, CLUSTER, "ddp", 16385, mode="weak", n_devices=[1, 1024])
+    with pytest.raises(ValueError, match=r"^curve=\[\] is empty"):
+        efficiencies([])
+    with pytest.raises(ValueError, match=r"^strategies\[1\]='tp' is not known"):
+        summary_table(gpt2, CLUSTER, strategies=["ddp", "tp"])
 
 
 def test_dashboard_renders_and_reports_bad_settings() -> None:
