@@ -11,6 +11,7 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dpsim.sim as sim
 from dpsim.sim.collectives.cost import collective_time_s
 from dpsim.sim.cost.memory import model_state_bytes
 from dpsim.sim.hardware import A100_80GB, Cluster, Link, get_cluster
@@ -165,8 +166,8 @@ def test_step_result_of_a_hand_made_trace() -> None:
     b = step_result(trace)
     assert (b.step_s, b.compute_s, b.comm_s, b.hidden_comm_s, b.exposed_comm_s) == (
         7.0, 5.0, 3.0, 1.0, 2.0)
-    with pytest.raises(ValueError, match="device=3"):
-        step_result(trace, device=3)
+    with pytest.raises(ValueError, match="device=3"):  # checked at the face
+        sim.step_result(trace, device=3)
 
 
 def test_scaling_efficiency_falls_with_world_size_over_a_slow_link() -> None:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import dpsim.sim as sim
 from dpsim.runtime.capture import workload_from_module
 from dpsim.runtime.models import mlp
 from dpsim.sim.collectives.cost import collective_time_s
@@ -107,12 +108,13 @@ def test_bad_config_names_the_field(kwargs: dict[str, object], field: str) -> No
 
 
 def test_more_devices_than_the_node_has(classifier: Workload) -> None:
+    """Checked at the face (`dpsim.sim`); inside, the config is trusted to fit."""
     with pytest.raises(ValueError, match="n_devices"):
-        simulate(classifier, NODE, DPConfig(n_devices=9))
+        sim.simulate(classifier, NODE, DPConfig(n_devices=9))
     with pytest.raises(ValueError, match="batch_size"):
-        scatter_sizes(0, 4)
+        sim.scatter_sizes(0, 4)
     with pytest.raises(ValueError, match="n_devices"):
-        scatter_sizes(8, 0)
+        sim.scatter_sizes(8, 0)
     with pytest.raises(ValueError, match="n_devices"):
         device0_extra_bytes(classifier, DPConfig(n_devices=1))
 
@@ -258,7 +260,7 @@ def test_with_output_features_sets_output_and_loss(classifier: Workload) -> None
     assert w.output_bytes(3) == 3 * 7 * 4
     assert w.loss_bytes == 7 * 4 + 8
     with pytest.raises(ValueError, match="out_features"):
-        with_output_features(classifier, 0)
+        sim.with_output_features(classifier, 0)
 
 
 def test_cpu_devices_run_kernels_inside_the_thread(classifier: Workload) -> None:

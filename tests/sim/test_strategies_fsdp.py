@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+import dpsim.sim as sim
 from dpsim.sim.collectives.cost import collective_time_s
 from dpsim.sim.collectives.nccl import nccl_time_s
 from dpsim.sim.cost.memory import zero_bytes_per_device
@@ -187,4 +188,4 @@ def test_bad_config_is_a_clear_error(bad: dict[str, object]) -> None:
 
 def test_negative_model_size_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="n_params"):
-        communication_bytes_per_step(-1, 8, 3)
+        sim.communication_bytes_per_step(-1, 8, 3)

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
+import dpsim.sim as sim
 from dpsim.sim.hardware import H100_80GB, INFINIBAND_NDR, NVLINK4, Cluster
 from dpsim.sim.strategies import fsdp
 from dpsim.sim.strategies.fsdp.hsdp import (
     HSDPConfig,
     hsdp_traffic,
-    require_shard_size,
     simulate,
     step_result,
     traffic_of,
@@ -78,13 +78,16 @@ def test_hybrid_keeps_the_slow_link_for_the_small_all_reduce() -> None:
 
 
 def test_bad_input_names_the_field() -> None:
+    """At the face (`dpsim.sim`): inside, the shard size is trusted."""
     with raises_naming("shard_size"):
-        require_shard_size(3, 8)
+        sim.hsdp_traffic(10, 8, 3)
     with raises_naming("shard_size"):
         HSDPConfig(4, 0)
     with raises_naming("shard_size"):
-        simulate(uniform(), CLUSTER, HSDPConfig(4, 12))  # does not fill whole nodes of 8
+        sim.simulate(uniform(), CLUSTER, HSDPConfig(4, 12))  # does not fill whole nodes of 8
     with raises_naming("shard_size"):
-        hsdp_traffic(10, 8, 16)
+        sim.simulate(uniform(), CLUSTER, HSDPConfig(4, 64))  # more than the 32 devices
+    with raises_naming("shard_size"):
+        sim.hsdp_traffic(10, 8, 16)
     with raises_naming("n_params"):
-        hsdp_traffic(-1, 8, 4)
+        sim.hsdp_traffic(-1, 8, 4)

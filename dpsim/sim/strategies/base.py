@@ -11,46 +11,43 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Annotated, Generic, TypeVar
 
-from dpsim.sim.checks import require_bool, require_choice, require_finite, require_int
+from dpsim.sim.checks import Int, OneOf, Real, check_fields
 from dpsim.sim.cost.memory import precision_dtype
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.limits import MAX_ALPHA_TERMS, MAX_TRANSFERS
-from dpsim.sim.strategies.inputs import require_make_config, require_split, require_terms
 from dpsim.sim.trace import Trace
 from dpsim.sim.workload import Workload
 
 ConfigT = TypeVar("ConfigT")
 # ring latencies of one collective per extra device (`collectives.cost`: 2(N-1), (N-1))
 LATENCIES_PER_COLLECTIVE = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
+Time = Annotated[float, Real(0)]  # seconds of a step's part, finite
+PEAK_BYTES = Int(0)  # one device's peak in StepResult.peak_bytes
 
 
 @dataclass(frozen=True)
 class StepResult:
     """One training step on the busiest device, split into its parts (seconds, bytes)."""
 
-    step_s: float  # the whole step
-    compute_s: float  # forward + backward + optimizer (busy time of the compute stream)
-    hidden_comm_s: float  # communication that ran while compute ran
-    exposed_comm_s: float  # communication the step waited for
-    other_s: float  # remaining host time (DP: Python threads, GIL, gathers on device 0)
+    step_s: Time  # the whole step
+    compute_s: Time  # forward + backward + optimizer (busy time of the compute stream)
+    hidden_comm_s: Time  # communication that ran while compute ran
+    exposed_comm_s: Time  # communication the step waited for
+    other_s: Time  # remaining host time (DP: Python threads, GIL, gathers on device 0)
     peak_bytes: tuple[int, ...]  # peak memory per device, index = device
-    sent_bytes_per_device: int  # bytes one device sends per step
-    batch_per_device: int  # largest local batch (0: not recorded, a measured trace)
-    n_devices: int
+    sent_bytes_per_device: Annotated[int, Int(0)]  # bytes one device sends per step
+    batch_per_device: Annotated[int, Int(0)]  # largest local batch (0: not recorded, measured)
+    n_devices: Annotated[int, Int(1)]
 
     def __post_init__(self) -> None:
-        for name in ("step_s", "compute_s", "hidden_comm_s", "exposed_comm_s", "other_s"):
-            require_finite(name, getattr(self, name), 0)
-        require_int("n_devices", self.n_devices, 1)
-        require_int("batch_per_device", self.batch_per_device, 0)
-        require_int("sent_bytes_per_device", self.sent_bytes_per_device, 0)
+        check_fields(self)
         if not isinstance(self.peak_bytes, tuple):
             raise ValueError(f"peak_bytes={self.peak_bytes!r} is not a tuple; allowed: a tuple "
                              "of bytes, one per device")
         for nbytes in set(self.peak_bytes):  # n_devices copies of one value when all are equal
-            require_int("peak_bytes", nbytes, 0)
+            PEAK_BYTES("peak_bytes", nbytes)
         if len(self.peak_bytes) != self.n_devices:
             raise ValueError(f"peak_bytes has {len(self.peak_bytes)} entries for n_devices="
                              f"{self.n_devices}; allowed: one per device")
@@ -80,27 +77,22 @@ class Placement:
     use_when: str  # when to choose this strategy
 
     def __post_init__(self) -> None:
-        for name in ("replicated", "sharded", "use_when"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name}={getattr(self, name)!r} is not a string; allowed: "
-                                 "text for the side-by-side table")
+        check_fields(self)
 
 
 @dataclass(frozen=True)
 class CrossoverTerms:
     """The closed form c0 + c*G/N = k*S/B + A*alpha*N for one strategy and workload."""
 
-    model_transfers: float  # k: model-sized transfers per step (2 all-reduce, 3 ZeRO-3)
-    alpha_terms: int  # A: latencies per step per extra device
+    # k: model-sized transfers per step (2 all-reduce, 3 ZeRO-3)
+    model_transfers: Annotated[float, Real(0, MAX_TRANSFERS, low_inclusive=False)]
+    alpha_terms: Annotated[int, Int(0, MAX_ALPHA_TERMS)]  # A: latencies per step per extra device
     forward_covered: bool  # True: communication also hides behind forward compute
-    collective: str = "all_reduce"  # whose ring latencies A counts (2 per all-reduce, else 1)
+    # whose ring latencies A counts (2 per all-reduce, else 1)
+    collective: Annotated[str, OneOf(tuple(LATENCIES_PER_COLLECTIVE))] = "all_reduce"
 
     def __post_init__(self) -> None:
-        require_finite("model_transfers", self.model_transfers, 0, MAX_TRANSFERS,
-                       low_inclusive=False)
-        require_int("alpha_terms", self.alpha_terms, 0, MAX_ALPHA_TERMS)
-        require_bool("forward_covered", self.forward_covered)
-        require_choice("collective", self.collective, LATENCIES_PER_COLLECTIVE)
+        check_fields(self)
 
     @property
     def collectives(self) -> int:
@@ -134,7 +126,6 @@ class Strategy(ABC, Generic[ConfigT]):
         """The config of one planner step ("fp32" or "mixed" precision), built from the
         config type's fields: batch_size=batch_per_device, optimizer, and the precision as
         the config takes it (a `precision` field, or `dtype` and maybe `mixed_precision`)."""
-        require_make_config(batch_per_device, global_batch, n_devices, optimizer, precision)
         takes = set(getattr(self.config_type, "__dataclass_fields__", ()))
         kwargs: dict[str, object] = {"batch_size": batch_per_device, "optimizer": optimizer}
         if "precision" in takes:
@@ -156,13 +147,11 @@ class Strategy(ABC, Generic[ConfigT]):
 
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """The crossover formula's terms; None (the default): no closed form here."""
-        require_terms(workload, dtype)
         return None
 
 
 def split_evenly(n_devices: int, global_batch: int) -> int:
     """Samples per device when every device gets the same number; ValueError otherwise."""
-    require_split(n_devices, global_batch)
     if global_batch % n_devices:
         raise ValueError(f"global_batch={global_batch} does not split over n_devices="
                          f"{n_devices}; allowed: a multiple of {n_devices}")

@@ -18,20 +18,11 @@ from __future__ import annotations
 
 import math
 
-from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.collectives.group_cost import group_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.hardware import Cluster, Link
-from dpsim.sim.limits import (
-    MAX_ALPHA_TERMS,
-    MAX_BATCH,
-    MAX_COMPUTE_S,
-    MAX_EXACT_COUNT,
-    MAX_NODES,
-    MAX_TRANSFERS,
-)
+from dpsim.sim.limits import MAX_EXACT_COUNT, MAX_NODES
 from dpsim.sim.strategies.base import LATENCIES_PER_COLLECTIVE, CrossoverTerms
-from dpsim.sim.strategies.inputs import require_link
 
 
 def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
@@ -42,14 +33,9 @@ def crossover_formula(c_s: float, global_batch: int, k: float, model_bytes: int,
     With c0 = 0 and alpha = 0 it is N* = c*G*B/(k*S): the devices at which the compute per
     device, shrinking as 1/N, falls to the fixed time of moving k copies of the model.
     ValueError when no N solves it: no latency term and c0 covers the whole transfer.
+    Trusts its inputs (bounded as in `limits`: c_s and c0_s up to MAX_COMPUTE_S, k up to
+    MAX_TRANSFERS, model_bytes up to MAX_EXACT_COUNT, alpha_terms up to MAX_ALPHA_TERMS).
     """
-    require_finite("c_s", c_s, 0, MAX_COMPUTE_S)
-    require_int("global_batch", global_batch, 1, MAX_BATCH)
-    require_finite("k", k, 0, MAX_TRANSFERS, low_inclusive=False)
-    require_int("model_bytes", model_bytes, 0, MAX_EXACT_COUNT)
-    require_int("alpha_terms", alpha_terms, 0, MAX_ALPHA_TERMS)
-    require_link(link)
-    require_finite("c0_s", c0_s, 0, MAX_COMPUTE_S)
     n_star = solve_crossover(c_s, global_batch, k, model_bytes, alpha_terms, link, c0_s)
     if n_star is not None:
         return n_star

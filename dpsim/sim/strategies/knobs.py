@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
-from dpsim.sim.checks import require_bool, require_choice
 from dpsim.sim.cost.memory import PRECISIONS
-from dpsim.sim.strategies.inputs import require_instance
 
 # "torch_amp": torch.autocast / FSDP2 MixedPrecisionPolicy (fp32 states, bf16 compute)
 KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), "torch_amp")
@@ -24,10 +22,10 @@ PLANNER_PRECISIONS = (DEFAULT_PRECISION, *KNOB_PRECISIONS)
 
 
 def resolve_precision(strategy: str, precision: str) -> str:
-    """`precision`, or the strategy's default when it is "default"; ValueError otherwise."""
+    """`precision` (one of PLANNER_PRECISIONS), or the strategy's default when it is
+    "default"."""
     from dpsim.sim.strategies.registry import get_strategy
 
-    require_choice("precision", precision, PLANNER_PRECISIONS)
     if precision == DEFAULT_PRECISION:
         return get_strategy(strategy).default_precision
     return precision
@@ -35,7 +33,6 @@ def resolve_precision(strategy: str, precision: str) -> str:
 
 def base_precision(precision: str) -> str:
     """The precision `make_config` is given: torch_amp computes like "mixed" (bf16)."""
-    require_choice("precision", precision, KNOB_PRECISIONS)
     return "mixed" if precision == "torch_amp" else precision
 
 
@@ -45,10 +42,6 @@ def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
     from dpsim.sim.strategies.registry import get_strategy, names
 
     kind = get_strategy(strategy).config_type
-    require_instance("config", config, kind, f"a {kind.__name__} (the strategy's config)")
-    require_choice("precision", precision, KNOB_PRECISIONS)
-    require_bool("activation_checkpointing", activation_checkpointing)
-    require_bool("offload", offload)
     changes: dict[str, Any] = {}
     if precision == "torch_amp":
         changes["precision"] = precision

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from dpsim.sim.checks import OneOf, require_bool, require_choice, require_int
-from dpsim.sim.limits import MAX_WORLD_SIZE
+from dpsim.sim.checks import OneOf
 from dpsim.sim.strategies import ddp, dp, fsdp, single
-from dpsim.sim.strategies.base import Placement, Strategy
+from dpsim.sim.strategies.base import Strategy
 from dpsim.sim.strategies.fsdp import hsdp
-from dpsim.sim.strategies.inputs import require_instance
 
 _REGISTRY: dict[str, Strategy[Any]] = {}
 
 
 def register(strategy: Strategy[Any]) -> Strategy[Any]:
-    """Add `strategy` under its name (after the others); ValueError if it is not one."""
-    if not isinstance(strategy, Strategy):
-        raise ValueError(f"strategy={strategy!r} does not implement strategies.base.Strategy; "
-                         "allowed: an instance of a Strategy subclass")
-    _check_members(strategy)
+    """Add `strategy` under its name (after the others); ValueError if the name is taken."""
     if strategy.name in _REGISTRY:
         raise ValueError(f"name={strategy.name!r} is already registered; allowed: a name "
                          f"other than {', '.join(repr(n) for n in _REGISTRY)}")
@@ -33,23 +27,8 @@ def register(strategy: Strategy[Any]) -> Strategy[Any]:
     return strategy
 
 
-def _check_members(strategy: Strategy[Any]) -> None:
-    """The plain members have the types the planner relies on."""
-    for member in ("name", "label"):
-        value = getattr(strategy, member)
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"strategy.{member}={value!r} is not allowed; allowed: a "
-                             "non-empty string")
-    require_instance("strategy.placement", strategy.placement, Placement,
-                     "a strategies.base.Placement")
-    require_bool("strategy.single_node", strategy.single_node)
-    if strategy.max_devices is not None:
-        require_int("strategy.max_devices", strategy.max_devices, 1, MAX_WORLD_SIZE)
-
-
 def unregister(name: str) -> None:
     """Remove the strategy registered as `name`."""
-    require_choice("strategy", name, _REGISTRY)
     del _REGISTRY[name]
 
 

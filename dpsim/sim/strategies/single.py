@@ -2,43 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, cast
 
-from dpsim.sim.checks import require_bool, require_choice, require_int
+from dpsim.sim.checks import Each, OneOf, check_fields
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.memory import OPTIMIZERS, MemoryBreakdown, predict_single
 from dpsim.sim.cost.precision import policy_model_state_bytes, precision_policy
 from dpsim.sim.hardware import Cluster, Device
-from dpsim.sim.limits import MAX_BATCH
+from dpsim.sim.limits import Samples
 from dpsim.sim.strategies.base import Placement, StepResult, Strategy
-from dpsim.sim.strategies.inputs import (
-    require_cluster,
-    require_config,
-    require_device,
-    require_names,
-    require_split,
-    require_state,
-    require_step_time,
-    require_workload,
-)
+from dpsim.sim.strategies.inputs import require_state
 from dpsim.sim.trace import Event, SimState, Trace
-from dpsim.sim.workload import DTYPE_BYTES, Workload
+from dpsim.sim.workload import DTYPE_BYTES, PRESETS, Workload
+
+Optimizer = Annotated[str, OneOf(OPTIMIZERS)]  # one of memory.OPTIMIZERS
+Dtype = Annotated[str, OneOf(tuple(DTYPE_BYTES))]  # "fp32", "bf16", "fp16"
 
 
 @dataclass(frozen=True)
 class SingleConfig:
     """A single-device training step."""
 
-    batch_size: int = 32  # samples per step
-    optimizer: str = "adam"  # one of memory.OPTIMIZERS
-    dtype: str = "fp32"  # compute dtype: "fp32", "bf16", "fp16"
+    batch_size: Samples = 32  # samples per step
+    optimizer: Optimizer = "adam"  # one of memory.OPTIMIZERS
+    dtype: Dtype = "fp32"  # compute dtype: "fp32", "bf16", "fp16"
     mixed_precision: bool = False  # 16-bit working copy + fp32 master and moments
 
     def __post_init__(self) -> None:
-        require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        require_choice("dtype", self.dtype, DTYPE_BYTES)
-        require_bool("mixed_precision", self.mixed_precision)
+        check_fields(self)
         if self.mixed_precision and self.dtype == "fp32":
             raise ValueError("dtype='fp32' with mixed_precision=True; allowed: 'bf16' or 'fp16'")
 
@@ -67,9 +60,6 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
     Its state (`SingleState`): the step time, the predicted peak breakdown, throughput
     and whether the peak fits the device.
     """
-    require_workload(workload)
-    require_device(device)
-    require_config(config, SingleConfig)
     b, dt = config.batch_size, config.dtype
     states = predict_single(workload, 0, optimizer=config.optimizer, dtype=dt,
                             mixed_precision=config.mixed_precision)
@@ -105,7 +95,6 @@ def simulate(workload: Workload, device: Device, config: SingleConfig) -> Trace:
     t += d
     peak = predict_single(workload, b, optimizer=config.optimizer, dtype=dt,
                           mixed_precision=config.mixed_precision)
-    require_step_time(t, device, "device")
     trace.state = SingleState(b, t, peak, SingleSummary(
         b / t if t > 0 else float("inf"), peak.total <= device.memory_bytes))
     return trace
@@ -123,7 +112,7 @@ def summary(trace: Trace) -> SingleSummary:
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made: all compute, no communication."""
-    s = require_state(trace, SingleState, "single")
+    s = cast(SingleState, trace.state)
     step = s.step_time_s
     return StepResult(step, step, 0.0, 0.0, 0.0, (s.breakdown.total,), 0, s.batch_size, 1)
 
@@ -140,14 +129,13 @@ class SingleStrategy(Strategy[SingleConfig]):
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
         """The whole batch; ValueError unless n_devices is 1."""
-        require_split(n_devices, global_batch)
         if n_devices != 1:
             raise ValueError(f"n_devices={n_devices} with strategy='single'; allowed: 1")
         return global_batch
 
     def simulate(self, workload: Workload, cluster: Cluster, config: SingleConfig) -> Trace:
         """One step on the cluster's device."""
-        return simulate(workload, require_cluster(cluster).device, config)
+        return simulate(workload, cluster.device, config)
 
     def step_result(self, trace: Trace) -> StepResult:
         """See `step_result`."""
@@ -157,17 +145,15 @@ class SingleStrategy(Strategy[SingleConfig]):
 STRATEGY = SingleStrategy()
 
 
-def fit_rows(models: list[str], device: Device, batch_size: int = 1) -> list[dict[str, object]]:
+def fit_rows(models: Annotated[Sequence[str], Each(OneOf(PRESETS), 0)], device: Device,
+             batch_size: Samples = 1) -> list[dict[str, object]]:
     """For each preset model: GiB in fp32 and under torch.autocast (bf16) with Adam, and fits.
 
     torch.autocast keeps fp32 parameters, gradients and Adam moments (4 + 4 + 8 B/param, as in
     fp32) and bf16 activations.
     """
-    from dpsim.sim.workload import PRESETS, get_workload
+    from dpsim.sim.workload import get_workload
 
-    require_names("models", models, PRESETS)
-    require_device(device)
-    require_int("batch_size", batch_size, 1, MAX_BATCH)
     rows: list[dict[str, object]] = []
     for name in models:
         workload = get_workload(name)

@@ -22,19 +22,22 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from dpsim.sim.checks import require_choice, require_finite, require_int
-from dpsim.sim.limits import MAX_BUCKET_CAP_MB, MAX_EXACT_COUNT
-from dpsim.sim.strategies.inputs import require_instance, require_sequence, require_workload, shown
+from dpsim.sim.checks import Each, Instance, Int, OneOf, Real, check_fields, require_int
+from dpsim.sim.limits import MAX_BUCKET_CAP_MB, MAX_EXACT_COUNT, MAX_TENSORS
+from dpsim.sim.strategies.inputs import shown
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 MiB = 1024**2
 DEFAULT_BUCKET_CAP_MB = 25.0  # torch.nn.parallel.distributed._DEFAULT_BUCKET_CAP_MB
 DEFAULT_FIRST_BUCKET_CAP_MB = 1.0  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES / MiB
 FIRST_ITERATION_CAP_BYTES = sys.maxsize  # torch: compute_bucket_size_limits -> [sys.maxsize]
+CapMB = Annotated[float, Real(0, MAX_BUCKET_CAP_MB, low_inclusive=False)]  # a bucket cap, MiB
+Dtype = Annotated[str, OneOf(tuple(DTYPE_BYTES))]  # "fp32", "bf16", "fp16"
 
 
-def first_bucket_cap_for(bucket_cap_mb: float | None = None) -> float:
+def first_bucket_cap_for(bucket_cap_mb: CapMB | None = None) -> float:
     """The first bucket's cap (MiB) torch uses for a DDP built with `bucket_cap_mb`.
 
     None (not passed): 1 MiB, beside the 25 MiB default; an explicit value (even 25)
@@ -42,7 +45,6 @@ def first_bucket_cap_for(bucket_cap_mb: float | None = None) -> float:
     """
     if bucket_cap_mb is None:
         return DEFAULT_FIRST_BUCKET_CAP_MB
-    require_finite("bucket_cap_mb", bucket_cap_mb, 0, MAX_BUCKET_CAP_MB, low_inclusive=False)
     return float(bucket_cap_mb)
 
 
@@ -51,14 +53,16 @@ class GradTensor:
     """One gradient as DDP sees it."""
 
     name: str  # parameter name, e.g. "2.weight" (or a layer name)
-    nbytes: int
-    layer: int = 0  # index in Workload.layers of the layer whose backward produces it
+    nbytes: Annotated[int, Int(0, MAX_EXACT_COUNT)]
+    layer: Annotated[int, Int(0)] = 0  # index in Workload.layers of the layer whose backward
+    # produces it
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            raise ValueError(f"name={self.name!r} is not a string; allowed: a parameter name")
-        require_int("nbytes", self.nbytes, 0, MAX_EXACT_COUNT)
-        require_int("layer", self.layer, 0)
+        if (type(self.name) is str and type(self.nbytes) is int
+                and 0 <= self.nbytes <= MAX_EXACT_COUNT and type(self.layer) is int
+                and self.layer >= 0):
+            return  # the common case (one per gradient of a simulated step): plain, in range
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,13 @@ class Bucket:
     ready_layer: int  # the layer whose backward makes the bucket's last gradient ready
 
 
-def build_buckets(tensors: Sequence[GradTensor], bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB,
-                  first_bucket_cap_mb: float = DEFAULT_FIRST_BUCKET_CAP_MB,
-                  ready_order: Sequence[str] | None = None) -> list[Bucket]:
+Tensors = Annotated[Sequence[GradTensor], Each(Instance(GradTensor), 0, MAX_TENSORS)]
+Names = Annotated[Sequence[str], Each(Instance(str), 0, MAX_TENSORS)]
+
+
+def build_buckets(tensors: Tensors, bucket_cap_mb: CapMB = DEFAULT_BUCKET_CAP_MB,
+                  first_bucket_cap_mb: CapMB = DEFAULT_FIRST_BUCKET_CAP_MB,
+                  ready_order: Names | None = None) -> list[Bucket]:
     """Capped buckets for gradients listed in parameter order (model.parameters()).
 
     Walks the tensors in the order their gradients become ready, closing a bucket as soon
@@ -85,16 +93,11 @@ def build_buckets(tensors: Sequence[GradTensor], bucket_cap_mb: float = DEFAULT_
     really became ready, which differs for layers such as Conv2d (weight before bias).
     DDP's default first iteration is one bucket instead: `first_iteration_buckets`.
     """
-    check_caps(bucket_cap_mb, first_bucket_cap_mb)
-    tensors = [require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
-               for i, t in enumerate(require_sequence("tensors", tensors, empty=True))]
     caps = (int(first_bucket_cap_mb * MiB), int(bucket_cap_mb * MiB))
     order = list(reversed(tensors))
-    if ready_order is not None:
+    if ready_order is not None:  # the two lists must agree: every tensor's name once
         by_name = {t.name: t for t in tensors}
-        wanted = require_sequence("ready_order", ready_order, empty=True)
-        if not all(isinstance(n, str) for n in wanted) or sorted(map(str, wanted)) != sorted(
-                by_name) or len(by_name) != len(tensors):
+        if sorted(ready_order) != sorted(by_name) or len(by_name) != len(tensors):
             raise ValueError(f"ready_order={list(ready_order)!r} is not allowed; give every "
                              f"tensor name exactly once: {sorted(by_name)}")
         order = [by_name[name] for name in ready_order]
@@ -124,8 +127,6 @@ def first_iteration_buckets(tensors: Sequence[GradTensor]) -> list[Bucket]:
     Its all-reduce can start only when backward has produced the last gradient (the
     first parameter's): nothing overlaps in that step.
     """
-    tensors = [require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
-               for i, t in enumerate(require_sequence("tensors", tensors, empty=True))]
     if not tensors:
         return []
     order = list(reversed(tensors))
@@ -133,31 +134,24 @@ def first_iteration_buckets(tensors: Sequence[GradTensor]) -> list[Bucket]:
                    FIRST_ITERATION_CAP_BYTES, min(t.layer for t in order))]
 
 
-def check_caps(bucket_cap_mb: float, first_bucket_cap_mb: float) -> None:
-    """Both bucket caps: above 0 and at most MAX_BUCKET_CAP_MB."""
-    require_finite("bucket_cap_mb", bucket_cap_mb, 0, MAX_BUCKET_CAP_MB, low_inclusive=False)
-    require_finite("first_bucket_cap_mb", first_bucket_cap_mb, 0, MAX_BUCKET_CAP_MB,
-                   low_inclusive=False)
-
-
-def grad_tensors(workload: Workload, dtype: str = "fp32",
-                 names: Sequence[tuple[str, int]] | None = None) -> list[GradTensor]:
+def grad_tensors(workload: Workload, dtype: Dtype = "fp32",
+                 names: Annotated[Sequence[tuple[str, int]],
+                                  Each(Instance((list, tuple)), 0, MAX_TENSORS)] | None = None
+                 ) -> list[GradTensor]:
     """The gradients of `workload` in parameter order.
 
     Without `names`: one tensor per layer that has parameters (its gradients in `dtype`).
     With `names` [(parameter name, nbytes), ...] from a real model: one per parameter,
     each assigned to the layer whose name prefixes it.
     """
-    require_workload(workload, runnable=False)
-    require_choice("dtype", dtype, DTYPE_BYTES)
     if names is None:
         return [GradTensor(layer.name, layer.n_params * DTYPE_BYTES[dtype], i)
                 for i, layer in enumerate(workload.layers) if layer.n_params > 0]
     owners = {layer.name: i for i, layer in enumerate(workload.layers)}
     fallback = owners.get("(non-leaf parameters)", 0)
     out = []
-    for i, pair in enumerate(require_sequence("names", names, empty=True)):
-        if not isinstance(pair, list | tuple) or len(pair) != 2 or not isinstance(pair[0], str):
+    for i, pair in enumerate(names):
+        if len(pair) != 2 or not isinstance(pair[0], str):
             raise ValueError(f"names[{i}]={shown(pair)} is not allowed; allowed: a "
                              "(parameter name, nbytes) pair")
         name, nbytes = pair
@@ -167,5 +161,6 @@ def grad_tensors(workload: Workload, dtype: str = "fp32",
             if prefix in owners:
                 layer = owners[prefix]
                 break
-        out.append(GradTensor(name, require_int(f"names[{i}][1]", nbytes, 0), layer))
+        nbytes = require_int(f"names[{i}][1]", nbytes, 0, MAX_EXACT_COUNT)
+        out.append(GradTensor(name, nbytes, layer))
     return out

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated, cast
 
+from dpsim.sim.checks import Each, Int
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.limits import MAX_WORLD_SIZE
+from dpsim.sim.limits import MAX_NODES, MAX_WORLD_SIZE
 from dpsim.sim.strategies.base import StepResult
 from dpsim.sim.strategies.ddp.config import DDPConfig
-from dpsim.sim.strategies.ddp.step import buckets_of, simulate, step_result
-from dpsim.sim.strategies.inputs import require_cluster, require_ints
+from dpsim.sim.strategies.ddp.step import DDPState, simulate, step_result
+from dpsim.sim.strategies.inputs import require_workload
 from dpsim.sim.workload import Workload
 
 
@@ -25,15 +27,20 @@ class ScalingPoint:
 
 
 def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = None,
-            world_sizes: Sequence[int] = (1, 2, 4, 8)) -> list[ScalingPoint]:
+            world_sizes: Annotated[Sequence[int], Each(Int(1, MAX_WORLD_SIZE), 0)] = (1, 2, 4, 8)
+            ) -> list[ScalingPoint]:
     """Simulate the same per-process batch on `cluster` resized to each world size."""
-    require_cluster(cluster)
-    require_ints("world_sizes", world_sizes, 1, MAX_WORLD_SIZE)
-    cfg = DDPConfig() if config is None else config  # simulate checks it and the workload
+    require_workload(workload)  # a layer that computes, so that a step takes time
+    d = cluster.devices_per_node
+    for i, n in enumerate(world_sizes):
+        if n > d * MAX_NODES or (n > d and n % d):
+            raise ValueError(f"world_sizes[{i}]={n} does not fill whole nodes of {d}; allowed: "
+                             f"1..{d} or a multiple of {d} up to {d * MAX_NODES}")
+    cfg = DDPConfig() if config is None else config
     out = []
     for n in world_sizes:
         trace = simulate(workload, cluster.with_devices(n), cfg)
         b = step_result(trace)
-        out.append(ScalingPoint(n, b, len(buckets_of(trace)),
+        out.append(ScalingPoint(n, b, len(cast(DDPState, trace.state).buckets),
                                 n * cfg.batch_size / b.step_s if b.step_s > 0 else 0.0))
     return out

@@ -31,14 +31,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpsim.sim.checks import require_int
 from dpsim.sim.collectives.cost import collective_time_s, ring_bytes_per_rank_formula
 from dpsim.sim.collectives.group_cost import group_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.memory import checkpointed_activation_bytes, model_state_bytes
 from dpsim.sim.hardware import Cluster, Device, Link
-from dpsim.sim.limits import MAX_EXACT_COUNT
 from dpsim.sim.strategies.base import StepResult
 from dpsim.sim.strategies.ddp.buckets import (
     Bucket,
@@ -48,18 +46,7 @@ from dpsim.sim.strategies.ddp.buckets import (
     grad_tensors,
 )
 from dpsim.sim.strategies.ddp.config import DDPConfig
-from dpsim.sim.strategies.inputs import (
-    require_cluster,
-    require_config,
-    require_device,
-    require_instance,
-    require_sequence,
-    require_state,
-    require_step_time,
-    require_trace,
-    require_workload,
-    shown,
-)
+from dpsim.sim.strategies.inputs import require_state
 from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
@@ -89,9 +76,9 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
 
     Events: per-layer forward and backward on stream "compute", one "all_reduce" per
     bucket on stream "comm", then the optimizer. Its state (`DDPState`): world_size,
-    batch_size and the buckets.
+    batch_size and the buckets. Trusts its inputs: the face (`strategies.dispatch.simulate`)
+    checked them (each tensor's layer one of the workload's, `ready_order` naming them).
     """
-    _check_simulate(workload, cluster, config, tensors)
     cfg = config or DDPConfig()
     n = cluster.world_size
     shape = group_shape(cluster)  # every rank, nodes filled first
@@ -115,7 +102,7 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         per_layer[g.layer] = (count + 1, nbytes + g.nbytes)
     t = _compute_events(trace, workload, device, cfg, per_layer)
     backward_end = t
-    ready = {e.label: e.end_s for e in trace.filter(kind="backward")}
+    ready = {e.label: e.end_s for e in trace.events if e.kind == "backward"}
     comm_free = 0.0
     for bucket in buckets:
         layer_name = workload.layers[bucket.ready_layer].name if workload.layers else ""
@@ -127,36 +114,16 @@ def simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None = No
         comm_free = end
     start = max(backward_end, comm_free)
     if not cfg.gradient_as_bucket_view:  # the averaged buckets are copied back into p.grad
-        d = _copy_s(sum(b.nbytes for b in buckets), device)
+        d = copy_time_s(sum(b.nbytes for b in buckets), device)
         trace.add(Event(0, "compute", "copy", start, start + d, label="buckets -> p.grad"))
         start += d
     d = optimizer_time_s(workload.n_params, workload.n_param_tensors, device, cfg.optimizer)
     trace.add(Event(0, "compute", "optimizer", start, start + d, label=cfg.optimizer))
-    require_step_time(start + d, cluster)
     return trace
-
-
-def _check_simulate(workload: Workload, cluster: Cluster, config: DDPConfig | None,
-                    tensors: Sequence[GradTensor] | None) -> None:
-    """What `simulate` accepts; each tensor's layer must be one of the workload's."""
-    require_workload(workload)
-    require_cluster(cluster)
-    if config is not None:
-        require_config(config, DDPConfig)
-    checked = () if tensors is None else require_sequence("tensors", tensors, empty=True)
-    for i, t in enumerate(checked):
-        tensor = require_instance(f"tensors[{i}]", t, GradTensor, "a ddp.GradTensor")
-        require_int(f"tensors[{i}].layer", tensor.layer, 0, len(workload.layers) - 1)
 
 
 def copy_time_s(nbytes: int, device: Device) -> float:
     """Seconds to copy `nbytes` once in device memory (read + write)."""
-    require_int("nbytes", nbytes, 0, MAX_EXACT_COUNT)
-    require_device(device)
-    return _copy_s(nbytes, device)
-
-
-def _copy_s(nbytes: int, device: Device) -> float:
     return 2 * nbytes / (device.mem_bw_GBps * 1e9)
 
 
@@ -179,7 +146,7 @@ def _compute_events(trace: Trace, workload: Workload, device: Device, cfg: DDPCo
         if cfg.activation_checkpointing:  # the layer's forward runs again first
             d += forward_time_s(layer, cfg.batch_size, device, cfg.dtype, workload.dtype)
         d += count * device.op_overhead_us * 1e-6
-        d += 0.0 if cfg.gradient_as_bucket_view else _copy_s(nbytes, device)
+        d += 0.0 if cfg.gradient_as_bucket_view else copy_time_s(nbytes, device)
         trace.add(Event(0, "compute", "backward", t, t + d, label=layer.name))
         t += d
     return t
@@ -205,15 +172,9 @@ def buckets_of(trace: Trace) -> list[Bucket]:
 
 def step_result(trace: Trace, device: int = 0) -> StepResult:
     """Split one step of a DDP trace, simulated or measured, on `device`: compute, and
-    communication hidden behind it or exposed; peak memory as the trace sampled it."""
-    require_trace(trace)
-    if not trace.events:
-        raise ValueError(f"trace={shown(trace)} has no events; allowed: a DDP trace "
-                         "(ddp.simulate, or a recording of a real run)")
-    require_int("device", device, 0)
+    communication hidden behind it or exposed; peak memory as the trace sampled it.
+    `device` has events in `trace` (the face, `strategies.dispatch.step_result`, checks)."""
     events = trace.filter(device=device)
-    if not events:
-        raise ValueError(f"device={device} has no events in this trace; allowed: {trace.devices}")
     step = max(e.end_s for e in events) - min(e.start_s for e in events)
     compute = trace.busy_s(device, "compute")
     comm = trace.busy_s(device, "comm")

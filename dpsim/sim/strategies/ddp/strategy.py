@@ -31,7 +31,7 @@ class DDPStrategy(Strategy[DDPConfig]):
 
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """One all-reduce (2 model sizes), 2 latencies per bucket; backward covers it."""
-        n_buckets = len(build_buckets(grad_tensors(workload, dtype)))  # checks both
+        n_buckets = len(build_buckets(grad_tensors(workload, dtype)))
         return CrossoverTerms(2.0, 2 * n_buckets, False)
 
 

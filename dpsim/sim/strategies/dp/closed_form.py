@@ -8,21 +8,22 @@ check one against the other); `dp.simulate` runs the step over time.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Annotated
 
-from dpsim.sim.checks import require_choice, require_int
+from dpsim.sim.checks import Int
 from dpsim.sim.cost.memory import optimizer_state_bytes
-from dpsim.sim.limits import MAX_BATCH, MAX_OUT_FEATURES, MAX_WORLD_SIZE
+from dpsim.sim.limits import MAX_OUT_FEATURES, Samples, WorldSize
 from dpsim.sim.strategies.dp.config import DPConfig
-from dpsim.sim.strategies.inputs import require_config, require_workload
+from dpsim.sim.strategies.inputs import shown
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 
-def with_output_features(workload: Workload, out_features: int) -> Workload:
+def with_output_features(workload: Workload,
+                         out_features: Annotated[int, Int(1, MAX_OUT_FEATURES)]) -> Workload:
     """`workload` whose last layer outputs `out_features` values per sample (classifier)."""
-    require_workload(workload, runnable=False)
-    require_int("out_features", out_features, 1, MAX_OUT_FEATURES)
     if not workload.layers:
-        raise ValueError("workload has no layers; give a workload with at least one layer")
+        raise ValueError(f"workload={shown(workload)} has no layers; allowed: a workload with "
+                         "at least one layer")
     width = DTYPE_BYTES[workload.dtype]
     last = replace(workload.layers[-1], output_bytes=out_features * width)
     return replace(workload, layers=(*workload.layers[:-1], last),
@@ -30,15 +31,14 @@ def with_output_features(workload: Workload, out_features: int) -> Workload:
                    name=f"{workload.name} ({out_features} outputs)")
 
 
-def scatter_sizes(batch_size: int, n_devices: int) -> list[int]:
+def scatter_sizes(batch_size: Samples, n_devices: WorldSize) -> list[int]:
     """Samples per chunk as `torch.chunk(batch, n_devices)` cuts them (empty chunks dropped).
 
     Chunks hold ceil(B/N) samples and the last one the rest, so there may be fewer than
     N chunks: B=10, N=4 -> [3, 3, 3, 1]; B=5, N=4 -> [2, 2, 1]; B=2, N=4 -> [1, 1].
     """
-    require_int("batch_size", batch_size, 1, MAX_BATCH)
-    require_int("n_devices", n_devices, 1, MAX_WORLD_SIZE)
-    return _chunks(batch_size, n_devices)
+    size = -(-batch_size // n_devices)
+    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
 
 
 def device_batch_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -49,9 +49,7 @@ def device_batch_sizes(batch_size: int, n_devices: int) -> list[int]:
 
 def dtype_scale(workload: Workload, dtype: str) -> float:
     """Bytes of a tensor in `dtype` per byte in the workload's own dtype."""
-    require_workload(workload, runnable=False)
-    require_choice("dtype", dtype, DTYPE_BYTES)
-    return _scale(workload, dtype)
+    return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
 
 
 def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
@@ -59,7 +57,7 @@ def activation_bytes_per_layer(workload: Workload, dtype: str) -> list[float]:
 
     The first layer's saved input is the batch itself, which DP counts as "input".
     """
-    return _saved_per_sample(workload, dtype_scale(workload, dtype))  # checks both
+    return _saved_per_sample(workload, dtype_scale(workload, dtype))
 
 
 def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
@@ -69,41 +67,10 @@ def bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
     backward and (input_on="device0") the whole batch; every device that got a chunk
     holds a replica of the parameters, its input chunk and its activations.
     """
-    require_workload(workload, runnable=False)
-    require_config(config, DPConfig)
-    return _bytes_at_loss(workload, config)
-
-
-def device0_extra_bytes(workload: Workload, config: DPConfig) -> dict[str, int]:
-    """Bytes per category device 0 holds at the loss beyond device 1 (needs n_devices >= 2)."""
-    require_config(config, DPConfig)
-    require_int("n_devices", config.n_devices, 2)
-    require_workload(workload, runnable=False)
-    rows = _bytes_at_loss(workload, config)
-    return {cat: rows[0][cat] - rows[1][cat] for cat in rows[0]}
-
-
-def _chunks(batch_size: int, n_devices: int) -> list[int]:
-    size = -(-batch_size // n_devices)
-    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
-
-
-def _scale(workload: Workload, dtype: str) -> float:
-    return DTYPE_BYTES[dtype] / DTYPE_BYTES[workload.dtype]
-
-
-def _saved_per_sample(workload: Workload, scale: float) -> list[float]:
-    acts = [layer.activation_bytes * scale for layer in workload.layers]
-    if acts:
-        acts[0] -= min(acts[0], float(workload.input_bytes))
-    return acts
-
-
-def _bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]:
-    chunks = _chunks(config.batch_size, config.n_devices)
+    chunks = scatter_sizes(config.batch_size, config.n_devices)
     sizes = chunks + [0] * (config.n_devices - len(chunks))
     used = len(chunks)
-    scale = _scale(workload, config.dtype)
+    scale = dtype_scale(workload, config.dtype)
     act_per_sample = sum(_saved_per_sample(workload, scale))
     b = config.batch_size
     params = DTYPE_BYTES[config.dtype] * workload.n_params
@@ -124,3 +91,19 @@ def _bytes_at_loss(workload: Workload, config: DPConfig) -> list[dict[str, int]]
             "gradients": 0,
         })
     return rows
+
+
+def device0_extra_bytes(workload: Workload, config: DPConfig) -> dict[str, int]:
+    """Bytes per category device 0 holds at the loss beyond device 1 (needs n_devices >= 2)."""
+    if config.n_devices < 2:
+        raise ValueError(f"n_devices={config.n_devices} (config.n_devices) leaves no device 1 "
+                         "to compare with; allowed >= 2")
+    rows = bytes_at_loss(workload, config)
+    return {cat: rows[0][cat] - rows[1][cat] for cat in rows[0]}
+
+
+def _saved_per_sample(workload: Workload, scale: float) -> list[float]:
+    acts = [layer.activation_bytes * scale for layer in workload.layers]
+    if acts:
+        acts[0] -= min(acts[0], float(workload.input_bytes))
+    return acts

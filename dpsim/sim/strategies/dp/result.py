@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from dpsim.sim.strategies.base import StepResult
 from dpsim.sim.strategies.inputs import require_state
@@ -43,7 +44,7 @@ def summary(trace: Trace) -> DPSummary:
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `dp.simulate` made; host time beyond compute and comm is "other"."""
-    s = require_state(trace, DPState, "dp")
+    s = cast(DPState, trace.state)
     n, step = s.n_devices, s.step_time_s
     compute = max(trace.busy_s(d, "compute") for d in range(n))
     comm = trace.busy_s(0, "comm")

@@ -26,7 +26,6 @@ Its config: `dp.config`; the chunks and the bytes each device holds at the loss:
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_finite, require_int
 from dpsim.sim.collectives.group_cost import achieved_link, group_time_s
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
@@ -37,12 +36,6 @@ from dpsim.sim.limits import MAX_HOST_US
 from dpsim.sim.strategies.dp.closed_form import activation_bytes_per_layer, scatter_sizes
 from dpsim.sim.strategies.dp.config import DPConfig
 from dpsim.sim.strategies.dp.result import DPState, DPSummary
-from dpsim.sim.strategies.inputs import (
-    require_cluster,
-    require_config,
-    require_step_time,
-    require_workload,
-)
 from dpsim.sim.trace import Event, Trace
 from dpsim.sim.workload import DTYPE_BYTES, Layer, Workload
 
@@ -92,8 +85,8 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     "main", the main thread. Its state (`DPState`, read by `step_result` and `summary`):
     the step time, peak bytes per device, chunk sizes, imbalance (device 0 peak / largest
     other), python_s (seconds some thread held the GIL), phases ({kind: (start_s, end_s)}).
+    The config fits the cluster (`check_node`: the face checks it).
     """
-    _check(workload, cluster, config)
     dev, link, dt = cluster.device, achieved_link(cluster.intra_node), config.dtype
     sizes = scatter_sizes(config.batch_size, config.n_devices)
     used = len(sizes)
@@ -261,20 +254,23 @@ def simulate(workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
     # 8. optimizer on device 0
     opt = optimizer_time_s(workload.n_params, workload.n_param_tensors, dev, config.optimizer)
     end = tb.event(0, "compute", "optimizer", t, t + opt, label=config.optimizer)
-    require_step_time(end, cluster)
     trace.state = _state(trace, config, sizes, end, gil_s, loss_end)
     return trace
 
 
-def _check(workload: Workload, cluster: Cluster, config: DPConfig) -> None:
-    """What `simulate` accepts: the host cost per operator is bounded like python_op_us."""
-    require_workload(workload)
-    require_cluster(cluster)
-    require_config(config, DPConfig)
-    require_int("n_devices", config.n_devices, 1, cluster.devices_per_node)
-    if config.python_op_us is None:  # the device's overhead stands for it
-        require_finite("cluster.device.op_overhead_us", cluster.device.op_overhead_us, 0,
-                       MAX_HOST_US)
+def check_node(hardware: Cluster, config: DPConfig) -> None:
+    """One process drives the devices of one node, and the host cost per operator is bounded
+    like python_op_us (the device's overhead stands for it when that is None). For the face's
+    `simulate(workload, hardware, config)`."""
+    d = hardware.devices_per_node
+    if config.n_devices > d:
+        raise ValueError(f"n_devices={config.n_devices} is out of range for one node of "
+                         f"hardware={hardware.name!r}; allowed >= 1 and <= {d}")
+    op_us = hardware.device.op_overhead_us
+    if config.python_op_us is None and op_us > MAX_HOST_US:
+        raise ValueError(f"hardware.device.op_overhead_us={op_us!r} is out of range for "
+                         f"DataParallel's host cost (python_op_us=None); allowed >= 0 and <= "
+                         f"{MAX_HOST_US}")
 
 
 def _state(trace: Trace, config: DPConfig, sizes: list[int], end_s: float, gil_s: float,

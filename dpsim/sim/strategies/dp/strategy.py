@@ -9,8 +9,7 @@ from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.base import Placement, StepResult, Strategy
 from dpsim.sim.strategies.dp.config import DPConfig
 from dpsim.sim.strategies.dp.result import step_result
-from dpsim.sim.strategies.dp.step import simulate
-from dpsim.sim.strategies.inputs import require_split
+from dpsim.sim.strategies.dp.step import check_node, simulate
 from dpsim.sim.trace import Trace
 from dpsim.sim.workload import Workload
 
@@ -27,7 +26,6 @@ class DPStrategy(Strategy[DPConfig]):
 
     def split_batch(self, n_devices: int, global_batch: int) -> int:
         """torch.chunk: any batch, but each used device needs a sample."""
-        require_split(n_devices, global_batch)
         if global_batch < n_devices:
             raise ValueError(f"global_batch={global_batch} is out of range for DP on "
                              f"{n_devices} devices; allowed >= {n_devices}")
@@ -41,7 +39,9 @@ class DPStrategy(Strategy[DPConfig]):
         return replace(config, n_devices=n_devices, batch_size=global_batch)
 
     def simulate(self, workload: Workload, cluster: Cluster, config: DPConfig) -> Trace:
-        """See `dp.simulate`."""
+        """See `dp.simulate`; the config must fit one node of the cluster (`check_node`: a
+        config and a cluster meet here, as at the face)."""
+        check_node(cluster, config)
         return simulate(workload, cluster, config)
 
     def step_result(self, trace: Trace) -> StepResult:

@@ -6,12 +6,19 @@ against `communication_bytes_per_step`.
 
 from __future__ import annotations
 
-from dpsim.sim.checks import require_bool, require_int
-from dpsim.sim.limits import MAX_DTYPE_BYTES, MAX_EXACT_COUNT, MAX_WORLD_SIZE
+from typing import Annotated
+
+from dpsim.sim.checks import Int
+from dpsim.sim.limits import MAX_DTYPE_BYTES, MAX_EXACT_COUNT, WorldSize
+
+ModelParams = Annotated[int, Int(0, MAX_EXACT_COUNT)]  # parameters of a model
+ParamBytes = Annotated[int, Int(1, MAX_DTYPE_BYTES)]  # bytes of one parameter as sent
+STAGE = Int(0, 3)  # a ZeRO stage: one of memory.ZERO_STAGES (an int: refuses True)
+Stage = Annotated[int, STAGE]
 
 
-def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
-                                 bytes_per_param: int = 2,
+def communication_bytes_per_step(n_params: ModelParams, world_size: WorldSize, stage: Stage,
+                                 bytes_per_param: ParamBytes = 2,
                                  reshard_after_forward: bool = True) -> int:
     """Communication volume per step, in bytes: 3x the model for FSDP, 2x for DDP.
 
@@ -22,11 +29,6 @@ def communication_bytes_per_step(n_params: int, world_size: int, stage: int,
     parameters (2x); stage 0 all-reduces gradients (2x). With a ring each device sends
     (N-1)/N of the volume. 0 for one device.
     """
-    require_int("n_params", n_params, 0, MAX_EXACT_COUNT)
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
-    require_int("stage", stage, 0, 3)  # one of ZERO_STAGES; refuses True (== 1)
-    require_int("bytes_per_param", bytes_per_param, 1, MAX_DTYPE_BYTES)
-    require_bool("reshard_after_forward", reshard_after_forward)
     if world_size == 1:
         return 0
     model = n_params * bytes_per_param

@@ -26,21 +26,18 @@ network, each rank on its own rail) when F is a node.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated, cast
 
-from dpsim.sim.checks import require_bool, require_choice, require_int
+from dpsim.sim.checks import OneOf, check_fields
 from dpsim.sim.collectives.group_cost import GROUP_ALGORITHMS, group_time_s, mesh_shapes
 from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.sim.hardware import Cluster
-from dpsim.sim.limits import MAX_DTYPE_BYTES, MAX_EXACT_COUNT, MAX_WORLD_SIZE
+from dpsim.sim.limits import Samples, WorldSize
 from dpsim.sim.strategies.base import Placement, StepResult, Strategy
-from dpsim.sim.strategies.fsdp.config import FSDPConfig
+from dpsim.sim.strategies.fsdp.closed_form import ModelParams, ParamBytes
+from dpsim.sim.strategies.fsdp.config import FSDPConfig, UnitLayers
 from dpsim.sim.strategies.fsdp.step import FSDPState, FSDPStep
-from dpsim.sim.strategies.inputs import (
-    require_cluster,
-    require_config,
-    require_state,
-    require_workload,
-)
+from dpsim.sim.strategies.inputs import require_state
 from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.workload import Workload
 
@@ -49,23 +46,19 @@ from dpsim.sim.workload import Workload
 class HSDPConfig:
     """One HSDP step; world_size comes from the Cluster, shard_size must divide it."""
 
-    batch_size: int = 8  # samples per device per step
-    shard_size: int = 8  # F: devices one model copy is sharded over (a node, typically)
-    precision: str = "mixed"  # "fp32", "mixed" (bf16 compute, fp32 master) or "bf16"
-    optimizer: str = "adam"  # one of memory.OPTIMIZERS
+    batch_size: Samples = 8  # samples per device per step
+    shard_size: WorldSize = 8  # F: devices one model copy is sharded over (a node, typically)
+    # "fp32", "mixed" (bf16 compute, fp32 master) or "bf16"
+    precision: Annotated[str, OneOf(PRECISIONS)] = "mixed"
+    optimizer: Annotated[str, OneOf(OPTIMIZERS)] = "adam"  # one of memory.OPTIMIZERS
     reshard_after_forward: bool = True  # free gathered parameters after forward
-    layers_per_unit: int = 1  # consecutive workload layers wrapped as one FSDP unit
-    algorithm: str = "auto"  # "auto" (NCCL's choice; ring on generic links) or forced, one
-    # of collectives.group_cost.GROUP_ALGORITHMS
+    layers_per_unit: UnitLayers = 1  # consecutive workload layers wrapped as one FSDP unit
+    # "auto" (NCCL's choice; ring on generic links) or forced, one of
+    # collectives.group_cost.GROUP_ALGORITHMS
+    algorithm: Annotated[str, OneOf(GROUP_ALGORITHMS)] = "auto"
 
     def __post_init__(self) -> None:
-        require_int("batch_size", self.batch_size, 1, 1 << 24)
-        require_int("shard_size", self.shard_size, 1, MAX_WORLD_SIZE)
-        require_choice("precision", self.precision, PRECISIONS)
-        require_choice("optimizer", self.optimizer, OPTIMIZERS)
-        require_bool("reshard_after_forward", self.reshard_after_forward)
-        require_int("layers_per_unit", self.layers_per_unit, 1, 1 << 20)
-        require_choice("algorithm", self.algorithm, GROUP_ALGORITHMS)
+        check_fields(self)
 
     @property
     def dtype(self) -> str:
@@ -94,33 +87,39 @@ class HSDPTraffic:
         return self.shard_bytes + self.replicate_bytes
 
 
-def require_shard_size(shard_size: int, world_size: int) -> int:
-    """shard_size must divide world_size; return the number of replicas R."""
-    require_int("world_size", world_size, 1, MAX_WORLD_SIZE)
-    require_int("shard_size", shard_size, 1, world_size)
-    if world_size % shard_size:
+def replicas(shard_size: int, world_size: int) -> int:
+    """R = world_size / shard_size; ValueError naming shard_size unless it divides."""
+    if shard_size > world_size or world_size % shard_size:
         raise ValueError(f"shard_size={shard_size} does not divide world_size={world_size}; "
                          f"allowed: a divisor of {world_size}")
     return world_size // shard_size
 
 
-def hsdp_traffic(n_params: int, world_size: int, shard_size: int,
-                 bytes_per_param: int = 2, reshard_after_forward: bool = True) -> HSDPTraffic:
+def check_mesh(cluster: Cluster, config: HSDPConfig) -> None:
+    """The shard groups tile `cluster`: shard_size divides its world and fills whole nodes
+    (or fits in one)."""
+    replicas(config.shard_size, cluster.world_size)
+    d, f = cluster.devices_per_node, config.shard_size
+    if f > d and f % d:
+        raise ValueError(f"shard_size={f} does not fill whole nodes of {d}; allowed: 1..{d} "
+                         f"or a multiple of {d}")
+
+
+def hsdp_traffic(n_params: ModelParams, world_size: WorldSize, shard_size: WorldSize,
+                 bytes_per_param: ParamBytes = 2, reshard_after_forward: bool = True
+                 ) -> HSDPTraffic:
     """Bytes sent per device per step (FSDP paper, Section 3.2: full, hybrid, none).
 
     Shard group of F: two all-gathers (one without reshard_after_forward) and one
     reduce-scatter of the model, each sending (F-1)/F of it; replicas (R = W/F): one
     all-reduce of the 1/F gradient shard, sending 2(R-1)/R of it.
     """
-    require_int("n_params", n_params, 0, MAX_EXACT_COUNT)
-    replicas = require_shard_size(shard_size, world_size)
-    require_int("bytes_per_param", bytes_per_param, 1, MAX_DTYPE_BYTES)
-    require_bool("reshard_after_forward", reshard_after_forward)
+    r = replicas(shard_size, world_size)
     model, f = n_params * bytes_per_param, shard_size
     transfers = 3 if reshard_after_forward else 2
     mode = "full" if f == world_size else "none" if f == 1 else "hybrid"
     shard = transfers * model * (f - 1) // f
-    replicate = 2 * -(-model // f) * (replicas - 1) // replicas  # the shard is padded
+    replicate = 2 * -(-model // f) * (r - 1) // r  # the shard is padded
     return HSDPTraffic(mode, shard, replicate)
 
 
@@ -137,14 +136,8 @@ class HSDPStep(FSDPStep):
     """FSDP's step over one shard group, plus the all-reduces across replicas."""
 
     def __init__(self, workload: Workload, cluster: Cluster, config: HSDPConfig) -> None:
-        self.replicas = require_shard_size(config.shard_size, cluster.world_size)
-        try:
-            group = cluster.with_devices(config.shard_size)
-        except ValueError:
-            raise ValueError(
-                f"shard_size={config.shard_size} does not fill whole nodes of "
-                f"{cluster.devices_per_node}; allowed: 1..{cluster.devices_per_node} or a "
-                f"multiple of {cluster.devices_per_node}") from None
+        self.replicas = cluster.world_size // config.shard_size  # the face checked the mesh
+        group = cluster.with_devices(config.shard_size)
         shard_shape, self.rep_shape = mesh_shapes(cluster, config.shard_size)
         super().__init__(workload, group, config.fsdp(), (cluster, shard_shape))
         self.full_cluster = cluster
@@ -194,17 +187,15 @@ def simulate(workload: Workload, cluster: Cluster, config: HSDPConfig) -> Trace:
 
     Streams: "compute", "comm" (shard group), "replicate" (all-reduce across replicas).
     Its state (`HSDPState`): the step as `fsdp.simulate`'s, the bytes sent along each
-    mesh dimension, and the replicate stream's busy time.
+    mesh dimension, and the replicate stream's busy time. `config.shard_size` tiles the
+    cluster (`check_mesh`: the face checks it).
     """
-    require_workload(workload)
-    require_cluster(cluster)
-    require_config(config, HSDPConfig)
     return HSDPStep(workload, cluster, config).run()
 
 
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made (every device the same)."""
-    return require_state(trace, HSDPState, "hsdp").step.step_result()
+    return cast(HSDPState, trace.state).step.step_result()
 
 
 def traffic_of(trace: Trace) -> HSDPTraffic:
@@ -239,7 +230,9 @@ class HSDPStrategy(Strategy[HSDPConfig]):
         return replace(config, shard_size=f)
 
     def simulate(self, workload: Workload, cluster: Cluster, config: HSDPConfig) -> Trace:
-        """See `simulate`."""
+        """See `simulate`; the config's shard groups must tile the cluster (`check_mesh`:
+        a config and a cluster meet here, as at the face)."""
+        check_mesh(cluster, config)
         return simulate(workload, cluster, config)
 
     def step_result(self, trace: Trace) -> StepResult:

@@ -19,24 +19,21 @@ GPU links, the closed form on generic ones).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Annotated, cast
 
+from dpsim.sim.checks import Each
 from dpsim.sim.collectives.group_cost import group_time_s
 from dpsim.sim.collectives.nccl import GroupShape, group_shape
 from dpsim.sim.cost.compute import optimizer_time_s
 from dpsim.sim.cost.memory import ZERO_STAGES, optimizer_state_bytes, precision_bytes_per_param
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.base import StepResult
+from dpsim.sim.strategies.fsdp.closed_form import STAGE
 from dpsim.sim.strategies.fsdp.config import FSDPConfig
 from dpsim.sim.strategies.fsdp.units import Unit, build_units
-from dpsim.sim.strategies.inputs import (
-    require_cluster,
-    require_config,
-    require_ints,
-    require_state,
-    require_step_time,
-    require_workload,
-)
+from dpsim.sim.strategies.inputs import require_state, require_workload
 from dpsim.sim.trace import Event, SimState, Trace
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
@@ -88,9 +85,6 @@ def simulate(workload: Workload, cluster: Cluster, config: FSDPConfig) -> Trace:
     (`FSDPState`): the step split, peak bytes, bytes sent, and `FSDPSummary` (breakdown
     at the peak, fits, communication volume against the model's bytes).
     """
-    require_workload(workload)
-    require_cluster(cluster)
-    require_config(config, FSDPConfig)
     return FSDPStep(workload, cluster, config).run()
 
 
@@ -254,7 +248,7 @@ class FSDPStep:
         for time_s, category, delta in sorted(self.deltas, key=lambda d: d[0]):
             totals[category] = totals.get(category, 0) + delta
             tr.sample(0, time_s, category, totals[category])
-        end = require_step_time(max(self.t, self.comm_free), self.cluster)
+        end = max(self.t, self.comm_free)
         compute_s = tr.busy_s(0, "compute")
         peak_at = tr.memory_at_peak(0)
         model_bytes = n_params * self.p_bytes
@@ -290,13 +284,13 @@ def summary(trace: Trace) -> FSDPSummary:
 def step_result(trace: Trace) -> StepResult:
     """The step of a trace `simulate` made: compute, and communication hidden behind it
     or exposed (the time the step is longer than its compute); every device the same."""
-    return require_state(trace, FSDPState, "fsdp").step_result()
+    return cast(FSDPState, trace.state).step_result()
 
 
 def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
-                   stages: tuple[int, ...] = ZERO_STAGES) -> dict[str, Trace]:
+                   stages: Annotated[Sequence[int], Each(STAGE, 0)] = ZERO_STAGES
+                   ) -> dict[str, Trace]:
     """The same step under each ZeRO stage: {"ZeRO-0 (DDP)": trace, ..., "ZeRO-3 (FSDP)": ...}."""
     names = {0: "ZeRO-0 (DDP)", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 (FSDP)"}
-    require_config(config, FSDPConfig)
-    require_ints("stages", stages, 0, 3)
+    require_workload(workload)  # a layer that computes, so that a step takes time
     return {names[s]: simulate(workload, cluster, replace(config, stage=s)) for s in stages}

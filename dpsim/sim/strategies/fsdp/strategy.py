@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Annotated
 
-from dpsim.sim.checks import require_int
+from dpsim.sim.checks import Int, check_fields
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.base import CrossoverTerms, Placement, StepResult, Strategy
 from dpsim.sim.strategies.fsdp.config import FSDPConfig
 from dpsim.sim.strategies.fsdp.step import simulate, step_result
-from dpsim.sim.strategies.inputs import require_terms
 from dpsim.sim.trace import Trace
 from dpsim.sim.workload import Workload
 
@@ -18,10 +18,10 @@ from dpsim.sim.workload import Workload
 class FSDPStrategy(Strategy[FSDPConfig]):
     """One ZeRO stage of FSDP for the planner: one unit per layer, prefetch on."""
 
-    stage: int  # 1, 2 or 3
-    name: str
-    label: str
-    placement: Placement
+    stage: Annotated[int, Int(1, 3)]  # 1, 2 or 3
+    name: str  # registry key
+    label: str  # name shown to people
+    placement: Placement  # what is replicated, what is sharded
     config_type = FSDPConfig
 
     @property
@@ -31,14 +31,10 @@ class FSDPStrategy(Strategy[FSDPConfig]):
         return "torch_amp" if self.stage == 3 else "mixed"
 
     def __post_init__(self) -> None:
-        require_int("stage", self.stage, 1, 3)
+        check_fields(self)
         for name in ("name", "label"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name}={getattr(self, name)!r} is not allowed; allowed: a "
-                                 "non-empty string")
-        if not isinstance(self.placement, Placement):
-            raise ValueError(f"placement={self.placement!r} is not a Placement; allowed: a "
-                             "strategies.base.Placement")
+            if not getattr(self, name):
+                raise ValueError(f"{name}='' is not allowed; allowed: a non-empty string")
 
     def make_config(self, batch_per_device: int, global_batch: int, n_devices: int,
                     optimizer: str, precision: str) -> FSDPConfig:
@@ -58,7 +54,6 @@ class FSDPStrategy(Strategy[FSDPConfig]):
     def crossover_terms(self, workload: Workload, dtype: str) -> CrossoverTerms | None:
         """ZeRO-3: two all-gathers and a reduce-scatter (3 model sizes), 3 latencies per
         unit (one per layer), hidden behind forward and backward; None for stages 1-2."""
-        require_terms(workload, dtype)
         if self.stage != 3:
             return None
         return CrossoverTerms(3.0, 3 * len(workload.layers), True, "all_gather")

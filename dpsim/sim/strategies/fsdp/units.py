@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.fsdp.config import FSDPConfig
-from dpsim.sim.strategies.inputs import require_cluster, require_config, require_workload
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 
@@ -33,9 +32,6 @@ class Unit:
 
 def build_units(workload: Workload, cluster: Cluster, config: FSDPConfig) -> list[Unit]:
     """Group the workload's layers into units and cost each on the cluster's device."""
-    require_workload(workload)
-    require_cluster(cluster)
-    require_config(config, FSDPConfig)
     b, dt, dev = config.batch_size, config.dtype, cluster.device
     scale = b * DTYPE_BYTES[dt] / DTYPE_BYTES[workload.dtype]
     units: list[Unit] = []
