@@ -55,6 +55,15 @@ def _data_parallel(code: str) -> Callable[[int], bool]:
     return lambda gpus: any(real_device_ids(n, gpus) for n in sizes)
 
 
+def _cpu_launches(code: str) -> Callable[[int], bool]:
+    """Every launch names device="cpu" (CPU tensors: gloo whatever the GPUs)."""
+    launches = len(re.findall(r"\blaunch\(", code))
+    assert launches, "the notebook no longer launches: update this test's reader"
+    on_cpu = re.findall(r"\blaunch\([^()]*(?:\([^()]*\)[^()]*)*device=\"cpu\"", code)
+    assert len(on_cpu) == launches, "a launch without device=\"cpu\": update this test's reader"
+    return lambda _gpus: False
+
+
 def _no_gpu_path(code: str) -> Callable[[int], bool]:
     launches = re.findall(r"\b(run_ddp|run_fsdp\w*|run_step|launch)\(", code)
     assert not launches, f"a chapter without a GPU path launches {launches}"
@@ -68,7 +77,9 @@ def probe(chapter: Chapter) -> Callable[[int], bool]:
         return _single_device(code)
     if chapter.number == 3:
         return _data_parallel(code)
-    if chapter.number in (2, 5):
+    if chapter.number == 2:
+        return _cpu_launches(code)
+    if chapter.number == 5:
         return _nccl_for(_ints(r"WORLD_SIZE = (\d+)", code))
     if chapter.number == 6:
         return _nccl_for(_ints(r"launch\(train_fsdp, world_size=(\d+)", code))
@@ -81,13 +92,13 @@ def probe(chapter: Chapter) -> Callable[[int], bool]:
     if chapter.number == 9:  # autocast fp16 with a GradScaler on the GPU, when there is one
         assert re.search(r'torch\.cuda\.is_available\(\)', code), "update this test's reader"
         return lambda gpus: gpus >= 1
-    if chapter.number == 10:  # every launch names backend="gloo"
+    if chapter.number == 10:  # the lab's launches name backend="gloo", the notebook's "cpu"
         from dpsim.labs.ch10_failures import checkpoint_ddp, dcp_reshard, hsdp_train
 
         for module in (checkpoint_ddp, dcp_reshard, hsdp_train):
             source = Path(module.__file__ or "").read_text()
             assert 'backend="gloo"' in source, module.__name__
-        return lambda _gpus: False
+        return _cpu_launches(code)
     return _no_gpu_path(code)
 
 
