@@ -14,7 +14,7 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass, field, fields
 from typing import Annotated, Any, TypeVar
 
-from dpsim.sim.checks import Each, Instance, OneOf, check_fields, checked, within
+from dpsim.sim.checks import Each, Instance, Int, OneOf, check_fields, checked, within
 from dpsim.sim.limits import (
     MAX_COUNT,
     MAX_DEVICE,
@@ -103,6 +103,13 @@ class Trace:
     state: SimState | None = None  # the simulator's typed state (None: measured or loaded)
 
     def __post_init__(self) -> None:
+        if (type(self.source) is str and self.source in SOURCES
+                and type(self.events) is list and type(self.memory) is list
+                and type(self.meta) is dict
+                and (self.state is None or isinstance(self.state, SimState))
+                and all(type(e) is Event for e in self.events)
+                and all(type(m) is MemorySample for m in self.memory)):
+            return  # the common case (every simulation starts an empty trace)
         check_fields(self)
         for name in ("events", "memory"):  # add and sample append to them
             if not isinstance(getattr(self, name), list):
@@ -139,10 +146,10 @@ class Trace:
         """Time of the last event end (0 for an empty trace)."""
         return max((e.end_s for e in self.events), default=0.0)
 
-    @checked
     def filter(self, device: DeviceIndex | None = None, stream: str | None = None,
                kind: str | None = None) -> list[Event]:
         """Events matching every given field."""
+        _query(device, stream=stream, kind=kind)
         return [
             e
             for e in self.events
@@ -151,15 +158,15 @@ class Trace:
             and (kind is None or e.kind == kind)
         ]
 
-    @checked
     def busy_s(self, device: DeviceIndex, stream: str) -> float:
         """Seconds in which `stream` on `device` has at least one event (overlaps merged)."""
+        _query(device, required=True, stream=stream)
         spans = sorted((e.start_s, e.end_s) for e in self.filter(device, stream))
         return _union_length(spans)
 
-    @checked
     def memory_timeline(self, device: DeviceIndex) -> list[tuple[float, dict[str, int]]]:
         """(time_s, bytes per category) after each change on `device`, in time order."""
+        _query(device, required=True)
         current: dict[str, int] = {}
         out: list[tuple[float, dict[str, int]]] = []
         for m in sorted((m for m in self.memory if m.device == device), key=lambda m: m.time_s):
@@ -181,9 +188,9 @@ class Trace:
             return {}
         return dict(max(timeline, key=lambda tc: sum(tc[1].values()))[1])
 
-    @checked
     def totals_by_kind(self, device: DeviceIndex | None = None) -> dict[str, float]:
         """Seconds of events per kind (not overlap-merged)."""
+        _query(device)
         out: dict[str, float] = defaultdict(float)
         for e in self.filter(device):
             out[e.kind] += e.duration_s
@@ -228,6 +235,17 @@ def _rebuild(cls: type[T], key: str, rows: object) -> list[T]:
             raise ValueError(f"{key}[{i}]={row!r} does not have the fields of a "
                              f"{cls.__name__}; allowed: {names}") from None
     return out
+
+
+def _query(device: int | None, *, required: bool = False, **names: str | None) -> None:
+    """The arguments of a reading method (a device index; stream and kind names), which the
+    strategies call per step: a plain test first, the hints' checks only when it fails."""
+    if not ((device is None and not required)
+            or (type(device) is int and 0 <= device <= MAX_DEVICE)):
+        Int(0, MAX_DEVICE)("device", device)
+    for key, name in names.items():
+        if type(name) is not str and (name is not None or required):
+            Instance(str)(key, name)
 
 
 def _union_length(spans: Iterable[tuple[float, float]]) -> float:

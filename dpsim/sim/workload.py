@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from dpsim.sim.checks import Each, Instance, Int, OneOf, Real, check_fields, checked
+from dpsim.sim.checks import Each, Instance, Int, Maybe, OneOf, Real, check_fields
 from dpsim.sim.limits import MAX_COUNT, MAX_DIM, MAX_FLOPS, MAX_LAYERS, Count
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -109,17 +109,27 @@ class Workload:
         """Forward + backward FLOPs per sample (backward ~ 2x forward)."""
         return 3.0 * self.flops_per_sample
 
-    @checked
     def activation_bytes(self, batch_size: Count, dtype: Dtype | None = None) -> int:
         """Bytes kept for backward by a batch, including the loss's, in `dtype`."""
+        _check_batch(batch_size, dtype)
         return int(self._act_per_sample() * batch_size * _scale(self.dtype, dtype))
 
-    @checked
     def output_bytes(self, batch_size: Count, dtype: Dtype | None = None) -> int:
         """Bytes of the model's output for a batch (what DataParallel gathers)."""
+        _check_batch(batch_size, dtype)
         last = self.layers[-1].output_bytes if self.layers else 0
         return int(last * batch_size * _scale(self.dtype, dtype))
 
+
+
+def _check_batch(batch_size: int, dtype: str | None) -> None:
+    """The arguments of `activation_bytes` and `output_bytes`, which the strategies call per
+    step: a plain test first, the hints' checks only when it fails."""
+    if (type(batch_size) is int and 0 <= batch_size <= MAX_COUNT
+            and (dtype is None or (type(dtype) is str and dtype in DTYPE_BYTES))):
+        return
+    Int(0, MAX_COUNT)("batch_size", batch_size)
+    Maybe(OneOf(tuple(DTYPE_BYTES)))("dtype", dtype)
 
 
 def _scale(captured: str, wanted: str | None) -> float:

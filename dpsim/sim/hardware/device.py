@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Annotated
 
-from dpsim.sim.checks import Int, OneOf, Real, check_fields, checked
+from dpsim.sim.checks import Int, OneOf, Real, check_fields
 from dpsim.sim.hardware.gpu_specs import SPECS, match_name
 from dpsim.sim.limits import (
     MAX_CORES,
@@ -47,10 +47,12 @@ class Device:
         """Usable memory in bytes."""
         return int(self.memory_GiB * GiB)
 
-    @checked
     def tflops(self, dtype: Annotated[str, OneOf(("fp32", "bf16", "fp16"))]) -> float:
-        """Peak dense TFLOP/s for `dtype` ("fp32", "bf16" or "fp16")."""
-        return self.fp32_tflops if dtype == "fp32" else self.bf16_tflops
+        """Peak dense TFLOP/s for `dtype` ("fp32", "bf16" or "fp16"); called per layer, so it
+        checks inline."""
+        if type(dtype) is str and dtype in ("fp32", "bf16", "fp16"):
+            return self.fp32_tflops if dtype == "fp32" else self.bf16_tflops
+        raise ValueError(f"dtype={dtype!r} is not known; allowed: 'fp32', 'bf16', 'fp16'")
 
 
 # --- presets ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from dpsim.sim.checks import OneOf, check_fields
-from dpsim.sim.limits import Microseconds, Rate
+from dpsim.sim.limits import MAX_OVERHEAD_US, MAX_RATE, MIN_RATE, Microseconds, Rate
 
 # What a link is; "generic" means its numbers are already what a collective achieves.
 LINK_KINDS = ("generic", "nvlink", "pcie", "infinity_fabric", "infiniband", "roce", "efa",
@@ -31,6 +31,12 @@ class Link:
     # numbers already achieved
 
     def __post_init__(self) -> None:
+        if (type(self.name) is str and type(self.bandwidth_GBps) in (int, float)
+                and MIN_RATE <= self.bandwidth_GBps <= MAX_RATE
+                and type(self.latency_us) in (int, float)
+                and 0 <= self.latency_us <= MAX_OVERHEAD_US
+                and type(self.kind) is str and self.kind in LINK_KINDS):
+            return  # the common case (the collective model builds achieved links)
         check_fields(self)
 
 
