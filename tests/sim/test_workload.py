@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from dpsim.runtime.capture import workload_from_module
-from dpsim.sim.limits import MAX_COUNT, MAX_DIM, MAX_LAYERS
 from dpsim.sim import PRESETS, Layer, Workload, get_workload, transformer
+from dpsim.sim.limits import MAX_COUNT, MAX_DIM, MAX_LAYERS
 from tests.support.bad_input import raises_naming
 
 
