@@ -52,6 +52,8 @@ SKIPPED: dict[str, str] = {
     "own_workload": "runs a learner's torch module; the simulator's fuzz starts no torch model",
     "model_choices": "lists the dashboard's model names; render and curve take the choice",
     "check_model": "the check StrategyExplorer.render runs first; fuzzed through it",
+    "shipped_rows": "the validation harness's rows over the shipped dataset: signed errors, "
+                    "no argument to vary",
     "held_out_summary": "summarises the validation harness's own rows (shipped_rows); the "
                         "harness over the shipped dataset is left out",
 }

@@ -228,8 +228,8 @@ class Each(Spec):
             raise ValueError(f"{field}={reprlib.repr(value)} is not a list or tuple; allowed: "
                              f"a list or tuple of {self.min_len} to {self.max_len} values")
         if not self.min_len <= len(value) <= self.max_len:
-            raise ValueError(f"{field} has {len(value)} values; allowed: {self.min_len} to "
-                             f"{self.max_len}")
+            raise ValueError(f"{field}={reprlib.repr(value)} has {len(value)} values; allowed: "
+                             f"{self.min_len} to {self.max_len}")
         for i, item in enumerate(value):
             self.item(f"{field}[{i}]", item)
         return value

@@ -150,7 +150,7 @@ def test_checked_calls_through_with_good_arguments() -> None:
     ({"world_size": 2, "kind": "mesh"}, r"^kind='mesh' is not known; allowed: 'ring', 'tree'"),
     ({"world_size": 2, "sizes": [1, 10]}, r"^sizes\[1\]=10 is out of range"),
     ({"world_size": 2, "sizes": "12"}, r"^sizes='12' is not a list or tuple"),
-    ({"world_size": 2, "sizes": []}, r"^sizes has 0 values; allowed: 1 to"),
+    ({"world_size": 2, "sizes": []}, r"^sizes=\[\] has 0 values; allowed: 1 to"),
     ({"world_size": 2, "cap": 5}, r"^cap=5 is out of range"),
     ({"world_size": 2, "flag": 1}, r"^flag=1 is not allowed; allowed: True, False"),
     ({"world_size": 2, "name": 3}, r"^name=3 is not a str"),
