@@ -25,6 +25,7 @@ ConfigT = TypeVar("ConfigT")
 LATENCIES_PER_COLLECTIVE = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
 Time = Annotated[float, Real(0)]  # seconds of a step's part, finite
 PEAK_BYTES = Int(0)  # one device's peak in StepResult.peak_bytes
+_PLAIN, _INF = (int, float), float("inf")  # exact types of a time that take the fast path
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,32 @@ class StepResult:
     n_devices: Annotated[int, Int(1)]
 
     def __post_init__(self) -> None:
-        check_fields(self)
-        if not isinstance(self.peak_bytes, tuple):
-            raise ValueError(f"peak_bytes={self.peak_bytes!r} is not a tuple; allowed: a tuple "
-                             "of bytes, one per device")
-        for nbytes in set(self.peak_bytes):  # n_devices copies of one value when all are equal
-            PEAK_BYTES("peak_bytes", nbytes)
+        if not self._plain():  # the common case (a strategy's own result) returns True
+            check_fields(self)
+            if not isinstance(self.peak_bytes, tuple):
+                raise ValueError(f"peak_bytes={self.peak_bytes!r} is not a tuple; allowed: a "
+                                 "tuple of bytes, one per device")
+            for nbytes in self.peak_bytes:
+                PEAK_BYTES("peak_bytes", nbytes)
         if len(self.peak_bytes) != self.n_devices:
             raise ValueError(f"peak_bytes has {len(self.peak_bytes)} entries for n_devices="
                              f"{self.n_devices}; allowed: one per device")
+
+    def _plain(self) -> bool:
+        """Every field plain and in range, tested inline (no call into sim/checks.py)."""
+        times = (self.step_s, self.compute_s, self.hidden_comm_s, self.exposed_comm_s,
+                 self.other_s)
+        if not (all(type(t) in _PLAIN and 0 <= t < _INF for t in times)
+                and type(self.sent_bytes_per_device) is int and self.sent_bytes_per_device >= 0
+                and type(self.batch_per_device) is int and self.batch_per_device >= 0
+                and type(self.n_devices) is int and self.n_devices >= 1
+                and type(self.peak_bytes) is tuple):
+            return False
+        try:
+            distinct = set(self.peak_bytes)  # n_devices copies of one value when all are equal
+        except TypeError:  # an unhashable entry: not plain
+            return False
+        return all(type(b) is int and b >= 0 for b in distinct)
 
     @property
     def comm_s(self) -> float:
