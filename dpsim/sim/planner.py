@@ -43,8 +43,7 @@ MODES = ("strong", "weak")
 # the hints of the planner's arguments
 StrategyName = Annotated[str, OneOf(names)]  # a registered strategy
 Devices = Annotated[int, Int(1, MAX_PLANNER_DEVICES)]  # devices of one planned step
-# device counts (an empty list is refused by name in the function: see `_nonempty`)
-DeviceCounts = Annotated[Sequence[int], Each(Int(1, MAX_PLANNER_DEVICES), 0)]
+DeviceCounts = Annotated[Sequence[int], Each(Int(1, MAX_PLANNER_DEVICES))]  # at least one
 PlannerPrecision = Annotated[str, OneOf(PLANNER_PRECISIONS)]
 Mode = Annotated[str, OneOf(MODES)]
 
@@ -89,9 +88,9 @@ class PlanResult:
         return min(1.0, self.single_device_s / self.step_s) if self.step_s > 0 else 1.0
 
 
-def _nonempty(field: str, values: Sequence[Any]) -> None:
-    if not values:
-        raise ValueError(f"{field}={values!r} is empty; allowed: at least one value")
+def check_batch(strategy: str, n_devices: int, global_batch: int) -> int:
+    """Samples on the busiest device; ValueError when the strategy cannot split the batch."""
+    return get_strategy(strategy).split_batch(n_devices, global_batch)
 
 
 def plan(workload: Workload, cluster: Cluster, strategy: StrategyName, n_devices: Devices,
@@ -109,7 +108,7 @@ def plan(workload: Workload, cluster: Cluster, strategy: StrategyName, n_devices
     """
     require_workload(workload)  # a layer that computes
     s = get_strategy(strategy)
-    b = s.split_batch(n_devices, global_batch)  # ValueError when the batch does not split
+    b = check_batch(strategy, n_devices, global_batch)
     if s.single_node:
         require_int("n_devices", n_devices, 1, cluster.devices_per_node)
     precision = resolve_precision(strategy, precision)
@@ -132,7 +131,6 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: StrategyName,
                   ) -> list[PlanResult]:
     """`plan` at each device count: strong keeps the global batch `batch`, weak keeps
     `batch` per device. Counts that do not split the global batch are skipped."""
-    _nonempty("n_devices", n_devices)
     if mode == "weak":  # batch * n samples in all
         require_int("batch", batch, 1, MAX_BATCH // max(n_devices))
     s = get_strategy(strategy)
@@ -153,10 +151,9 @@ def scaling_curve(workload: Workload, cluster: Cluster, strategy: StrategyName,
     return out
 
 
-def efficiencies(curve: Annotated[Sequence[PlanResult], Each(Instance(PlanResult), 0)],
+def efficiencies(curve: Annotated[Sequence[PlanResult], Each(Instance(PlanResult))],
                  mode: Mode = "strong") -> list[float]:
     """Scaling efficiency against the curve's first point: strong t1 / (N tN), weak t1 / tN."""
-    _nonempty("curve", curve)
     first = curve[0]
     out = []
     for p in curve:
@@ -232,7 +229,6 @@ def crossover(workload: Workload, cluster: Cluster, strategy: StrategyName,
     S is counted in the compute dtype; under "torch_amp" (FSDP's default) the gradients
     are reduce-scattered in fp32, twice a bf16 model size: k = 2 + 2 = 4."""
     require_workload(workload)  # a layer that computes
-    _nonempty("n_devices", n_devices)
     if workload.n_params == 0:
         raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
                          "with parameters to communicate")
@@ -309,15 +305,13 @@ def _uncovered_s(workload: Workload, cluster: Cluster, forward_covered: bool, p:
 def summary_table(workload: Workload, cluster: Cluster, n_devices: Devices | None = None,
                   global_batch: Samples | None = None, *,
                   precision: PlannerPrecision = DEFAULT_PRECISION,
-                  strategies: Annotated[Sequence[str], Each(OneOf(names), 0)] | None = None
+                  strategies: Annotated[Sequence[str], Each(OneOf(names))] | None = None
                   ) -> list[dict[str, object]]:
     """One row per strategy (default: every registered one) with every number simulated for
     `workload` on `cluster`: traffic and memory per device, step time, throughput (defaults:
     one node, 8 per device; a strategy limited to fewer devices gets their share of it)."""
     n = cluster.devices_per_node if n_devices is None else n_devices
     g = 8 * n if global_batch is None else global_batch
-    if strategies is not None:
-        _nonempty("strategies", strategies)
     chosen = names() if strategies is None else strategies
     rows: list[dict[str, object]] = []
     for name in chosen:

@@ -138,11 +138,11 @@ def test_bad_scaling_input(gpt2) -> None:  # type: ignore[no-untyped-def]
             crossover(gpt2, CLUSTER, strategy, 64)
     with pytest.raises(ValueError, match=r"^strategy='tp' is not known"):
         crossover(gpt2, CLUSTER, "tp", 64)
-    with pytest.raises(ValueError, match=r"^n_devices=\[\] is empty"):
+    with pytest.raises(ValueError, match=r"^n_devices=\[\] has 0 values"):
         scaling_curve(gpt2, CLUSTER, "ddp", 64, n_devices=[])
     with pytest.raises(ValueError, match=r"^batch=16385 is out of range"):  # x 1024 > 2**24
         scaling_curve(gpt2, CLUSTER, "ddp", 16385, mode="weak", n_devices=[1, 1024])
-    with pytest.raises(ValueError, match=r"^curve=\[\] is empty"):
+    with pytest.raises(ValueError, match=r"^curve=\[\] has 0 values"):
         efficiencies([])
     with pytest.raises(ValueError, match=r"^strategies\[1\]='tp' is not known"):
         summary_table(gpt2, CLUSTER, strategies=["ddp", "tp"])

@@ -14,7 +14,14 @@ from fractions import Fraction
 from typing import Annotated
 
 from dpsim.sim.checks import Int, OneOf, check_fields
-from dpsim.sim.limits import MAX_COUNT, MAX_STATE_BYTES_PER_PARAM, Count, TotalBytes, WorldSize
+from dpsim.sim.limits import (
+    MAX_COUNT,
+    MAX_STATE_BYTES_PER_PARAM,
+    MAX_TOTAL_BYTES,
+    Count,
+    TotalBytes,
+    WorldSize,
+)
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
@@ -41,6 +48,9 @@ class MemoryBreakdown:
     activations: TotalBytes = 0
 
     def __post_init__(self) -> None:
+        if all(type(v) is int and 0 <= v <= MAX_TOTAL_BYTES for v in
+               (self.parameters, self.gradients, self.optimizer, self.activations)):
+            return  # the common case: whole byte counts the cost models derived
         check_fields(self)
 
     @property
