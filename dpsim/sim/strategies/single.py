@@ -145,7 +145,7 @@ class SingleStrategy(Strategy[SingleConfig]):
 STRATEGY = SingleStrategy()
 
 
-def fit_rows(models: Annotated[Sequence[str], Each(OneOf(PRESETS), 0)], device: Device,
+def fit_rows(models: Annotated[Sequence[str], Each(OneOf(PRESETS))], device: Device,
              batch_size: Samples = 1) -> list[dict[str, object]]:
     """For each preset model: GiB in fp32 and under torch.autocast (bf16) with Adam, and fits.
 

@@ -27,7 +27,7 @@ class ScalingPoint:
 
 
 def scaling(workload: Workload, cluster: Cluster, config: DDPConfig | None = None,
-            world_sizes: Annotated[Sequence[int], Each(Int(1, MAX_WORLD_SIZE), 0)] = (1, 2, 4, 8)
+            world_sizes: Annotated[Sequence[int], Each(Int(1, MAX_WORLD_SIZE))] = (1, 2, 4, 8)
             ) -> list[ScalingPoint]:
     """Simulate the same per-process batch on `cluster` resized to each world size."""
     require_workload(workload)  # a layer that computes, so that a step takes time

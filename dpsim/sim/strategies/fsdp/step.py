@@ -288,7 +288,7 @@ def step_result(trace: Trace) -> StepResult:
 
 
 def compare_stages(workload: Workload, cluster: Cluster, config: FSDPConfig,
-                   stages: Annotated[Sequence[int], Each(STAGE, 0)] = ZERO_STAGES
+                   stages: Annotated[Sequence[int], Each(STAGE)] = ZERO_STAGES
                    ) -> dict[str, Trace]:
     """The same step under each ZeRO stage: {"ZeRO-0 (DDP)": trace, ..., "ZeRO-3 (FSDP)": ...}."""
     names = {0: "ZeRO-0 (DDP)", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3 (FSDP)"}
