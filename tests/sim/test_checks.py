@@ -1,7 +1,7 @@
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import pytest
@@ -155,7 +155,7 @@ def test_checked_calls_through_with_good_arguments() -> None:
     ({"world_size": 2, "flag": 1}, r"^flag=1 is not allowed; allowed: True, False"),
     ({"world_size": 2, "name": 3}, r"^name=3 is not a str"),
 ])
-def test_checked_names_the_argument_a_caller_got_wrong(kwargs: dict[str, object],
+def test_checked_names_the_argument_a_caller_got_wrong(kwargs: dict[str, Any],
                                                        message: str) -> None:
     with pytest.raises(ValueError, match=message):
         checked(_bounded)(**kwargs)
