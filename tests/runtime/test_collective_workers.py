@@ -123,7 +123,7 @@ def test_fit_bad_input() -> None:
         fit_alpha_beta([1024], [1e-3, 2e-3], 4)
     with pytest.raises(ValueError, match="same number"):
         fit_alpha_beta([1024, 2048], [1e-3], 4)
-    with pytest.raises(ValueError, match="times > 0"):
+    with pytest.raises(ValueError, match=r"^times_s\[0\]=0.0 is out of range"):
         fit_alpha_beta([1024, 2048], [0.0, 1e-3], 4)
     with pytest.raises(ValueError, match="world_size"):
         fit_alpha_beta([1024, 2048], [1e-3, 2e-3], 1)
