@@ -99,7 +99,7 @@ def derive_arg(module: str, name: str, hint: Any, default: Any) -> Arg | None:
     if hint is bool:
         return Arg(name, BOOL, (*first, False, True), optional=optional)
     if hint is int:
-        return Arg(name, INT, (*first, 8, 4, 2, 1, 16, 64, 0), optional=optional)
+        return Arg(name, INT, (*first, 8, 4, 2, 1, 16, 64, 0, 2**33), optional=optional)
     if hint is str:
         choices = choices_for(module, name)
         if choices:
@@ -313,7 +313,6 @@ DATA: dict[str, Callable[[], tuple[Any, ...]]] = {
     # the face's simulate: any strategy's config, on a cluster (a device for SingleConfig)
     "hardware": lambda: (objects_of_name("Cluster"), objects_of_name("Device")),
     "config": _configs,
-    "memory_bytes": lambda: (80 * 2**30,),
     "sizes_bytes": lambda: ([2**10, 2**20, 2**24],),
     "times_s": lambda: ([2e-5, 1e-4, 1e-3],),
 }
