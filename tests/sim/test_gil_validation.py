@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from dpsim.sim import GILConfig, predict_speedup, schedule
 from dpsim.sim import simulate_gil as simulate
-from dpsim.sim.cost.gil import predict_time_s, simulation_steps, speedup_curve, thread_segments
+from dpsim.sim.cost.gil import simulation_steps, thread_segments
 from dpsim.sim.limits import MAX_CORES, MAX_CPU_S, MAX_STEPS, MAX_THREADS, MIN_SWITCH_INTERVAL_S
 from tests.support.bad_input import outcome, raises_naming, wrong
 
@@ -93,10 +93,6 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], str]] = [
     ("simulate a million ops", lambda: simulate(GILConfig(n_ops=10**6)), "n_ops"),
     ("simulate an hour of Python", lambda: simulate(GILConfig(work_s=3600.0)),
      "switch_interval_s"),
-    ("curve share", lambda: speedup_curve(2.0, [1, 2]), "gil_share"),
-    ("curve work", lambda: speedup_curve(0.5, [1, 2], work_s=INF), "work_s"),
-    ("curve one too long", lambda: speedup_curve(0.5, [1, 1024]), "thread_counts[1]"),
-    ("curve in all", lambda: speedup_curve(0.5, [8] * 20), "thread_counts"),
 ]
 
 
@@ -179,11 +175,8 @@ def test_simulate_is_finite_or_refused_promptly(n: int, work: float, g: float, n
 
 
 @settings(max_examples=60, deadline=None)
-@given(work=st.floats(0.0, MAX_CPU_S), g=st.floats(0.0, 1.0), n=st.integers(1, MAX_THREADS),
+@given(g=st.floats(0.0, 1.0), n=st.integers(1, MAX_THREADS),
        cores=st.one_of(st.none(), st.integers(1, MAX_CORES)))
-def test_closed_forms_are_finite(work: float, g: float, n: int, cores: int | None) -> None:
+def test_closed_form_is_within_its_bounds(g: float, n: int, cores: int | None) -> None:
     bound = predict_speedup(g, n, cores)
     assert 1.0 <= bound <= n
-    t = predict_time_s(work, g, n, cores)
-    assert math.isfinite(t)
-    assert t >= 0

@@ -19,7 +19,6 @@ from dpsim.sim.cost.fsdp_shards import (
     fsdp_shard_numel,
     fsdp_shard_rows,
 )
-from dpsim.sim.cost.memory import zero_sharded_fraction
 from dpsim.sim.workload import get_workload
 
 
@@ -52,13 +51,6 @@ def test_negative_model_size_is_a_clear_error() -> None:
         zero_bytes_per_device(10, 8, 4)
     with pytest.raises(ValueError, match="memory_bytes"):
         max_params_that_fit(-1, 8, 3)
-
-
-def test_sharded_fraction_per_stage() -> None:
-    assert zero_sharded_fraction(0, 8) == (1.0, 1.0, 1.0)
-    assert zero_sharded_fraction(1, 8) == (1.0, 1.0, 0.125)
-    assert zero_sharded_fraction(2, 8) == (1.0, 0.125, 0.125)
-    assert zero_sharded_fraction(3, 8) == (0.125, 0.125, 0.125)
 
 
 @settings(max_examples=60, deadline=None)

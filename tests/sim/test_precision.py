@@ -23,7 +23,7 @@ from dpsim.sim import (
     zero1_partition,
     zero_bytes_per_device,
 )
-from dpsim.sim.cost.precision import fsdp_policy_rank_bytes, offloaded, zero_stage_bytes
+from dpsim.sim.cost.precision import fsdp_policy_rank_bytes, offloaded
 from dpsim.sim.strategies.fsdp import FSDPConfig, simulate, step_result, summary
 from dpsim.sim.workload import get_workload
 from tests.support.bad_input import raises_naming, wrong
@@ -67,13 +67,15 @@ def test_policy_bytes_per_param() -> None:
         assert sum(policy_bytes_per_param(precision_policy(name), "adam")) in (8, 16)
 
 
-def test_zero_stage_bytes_match_the_zero_calculator() -> None:
-    for stage in range(4):
-        assert zero_stage_bytes(10**6, 8, stage, precision_policy("zero_mixed")) == \
-            zero_bytes_per_device(10**6, 8, stage)
-        assert zero_stage_bytes(10**6, 8, stage, precision_policy("torch_amp")) == \
-            zero_bytes_per_device(10**6, 8, stage, param_bytes=4, grad_bytes=4,
-                                  optimizer_bytes=8)
+def test_scheme_table_matches_the_zero_calculator() -> None:
+    for stage, row in enumerate(scheme_table(10**6, 8)):
+        zero = zero_bytes_per_device(10**6, 8, stage)
+        torch_amp = zero_bytes_per_device(10**6, 8, stage, param_bytes=4, grad_bytes=4,
+                                          optimizer_bytes=8)
+        assert (row["zero_params_B"], row["zero_grads_B"], row["zero_optimizer_B"]) == \
+            (zero.parameters, zero.gradients, zero.optimizer)
+        assert (row["torch_params_B"], row["torch_grads_B"], row["torch_optimizer_B"]) == \
+            (torch_amp.parameters, torch_amp.gradients, torch_amp.optimizer)
 
 
 def test_scheme_table_differs_only_for_stages_1_and_2() -> None:

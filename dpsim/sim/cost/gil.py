@@ -39,7 +39,6 @@ from dpsim.sim.cost.gil_limits import check_steps, check_threads
 from dpsim.sim.cost.gil_limits import simulation_steps as simulation_steps
 from dpsim.sim.limits import MAX_CORES as MAX_CORES
 from dpsim.sim.limits import MAX_CPU_S
-from dpsim.sim.limits import MAX_STEPS as MAX_STEPS
 from dpsim.sim.limits import MAX_THREADS as MAX_THREADS
 from dpsim.sim.limits import MIN_SWITCH_INTERVAL_S as MIN_SWITCH_INTERVAL_S
 from dpsim.sim.trace import Event, Trace
@@ -93,13 +92,6 @@ def predict_speedup(gil_share: Share, n_threads: Threads, n_cores: Cores | None 
     return max(bound, 1.0)
 
 
-def predict_time_s(work_s: float, gil_share: float, n_threads: int,
-                   n_cores: int | None = None) -> float:
-    """Seconds for n_threads threads of work_s each: n_threads * work_s / predict_speedup."""
-    bound = predict_speedup(gil_share, n_threads, n_cores)
-    return n_threads * work_s / bound
-
-
 def thread_segments(config: GILConfig) -> list[Segment]:
     """One thread's work: n_ops times (Python for g*w, then C for (1-g)*w), w = work/n_ops."""
     gil, free = _op_seconds(config)
@@ -113,18 +105,17 @@ def _op_seconds(config: GILConfig) -> tuple[float, float]:
     return config.gil_share * per_op, (1.0 - config.gil_share) * per_op
 
 
-def _config_cost(config: GILConfig, named: str | None = None) -> float:
-    """Refuse a GILConfig too long to simulate, naming what drives the cost (or as `named`
-    says); return the cost."""
+def _config_cost(config: GILConfig) -> float:
+    """Refuse a GILConfig too long to simulate, naming what drives the cost; return the
+    cost."""
     gil, free = _op_seconds(config)
     n = config.n_threads
     per_thread = config.n_ops * ((gil > 0) + (free > 0))
     gil_s = n * config.n_ops * gil
     _, handovers = simulation_steps(n, n * per_thread, gil_s, config.switch_interval_s,
                                     config.n_cores)
-    named = named or (
-        f"switch_interval_s={config.switch_interval_s!r}" if handovers > n * per_thread
-        else f"n_threads={n!r}" if n > config.n_ops else f"n_ops={config.n_ops!r}")
+    named = (f"switch_interval_s={config.switch_interval_s!r}" if handovers > n * per_thread
+             else f"n_threads={n!r}" if n > config.n_ops else f"n_ops={config.n_ops!r}")
     return check_steps(named, n, n * per_thread, gil_s, config.switch_interval_s,
                         config.n_cores)
 
@@ -266,24 +257,3 @@ def simulate(config: GILConfig) -> GILResult:
                                            config.n_cores),
         gil_busy_fraction=held / makespan if makespan > 0 else 0.0,
     )
-
-
-def speedup_curve(gil_share: float, thread_counts: Sequence[int], *, work_s: float = 0.1,
-                  n_ops: int = 50, switch_interval_s: float = DEFAULT_SWITCH_INTERVAL_S,
-                  n_cores: int | None = None) -> list[dict[str, float]]:
-    """Rows of n_threads, simulated speed-up and the closed-form bound, one per count."""
-    configs = [GILConfig(n, work_s, gil_share, n_ops, switch_interval_s, n_cores)
-               for n in thread_counts]
-    total = sum(_config_cost(c, f"thread_counts[{i}]={c.n_threads!r}")
-                for i, c in enumerate(configs))
-    if total > MAX_STEPS:
-        raise ValueError(f"thread_counts={list(thread_counts)!r} need about {total:,.0f} "
-                         f"steps x (threads + 10) to simulate in all; allowed at most "
-                         f"{MAX_STEPS:,} (under half a second): fewer counts, threads or ops")
-    rows = []
-    for config in configs:
-        res = simulate(config)
-        n = config.n_threads
-        rows.append({"n_threads": n, "simulated_speedup": res.speedup,
-                     "predicted_speedup": res.predicted_speedup})
-    return rows

@@ -194,13 +194,6 @@ def precision_bytes_per_param(precision: Precision = "mixed", optimizer: Optimiz
     return b.parameters, b.gradients, b.optimizer
 
 
-def zero_sharded_fraction(stage: int, world_size: int) -> tuple[float, float, float]:
-    """Fraction of (parameters, gradients, optimizer) one device keeps under ZeRO `stage`."""
-    n = world_size
-    return (1 / n if stage >= 3 else 1.0, 1 / n if stage >= 2 else 1.0,
-            1 / n if stage >= 1 else 1.0)
-
-
 def max_params_that_fit(memory_bytes: Count, world_size: WorldSize, stage: ZeroStage, *,
                         param_bytes: StateBytes = 2, grad_bytes: StateBytes = 2,
                         optimizer_bytes: StateBytes = 12, reserved_bytes: Count = 0) -> int:

@@ -99,14 +99,6 @@ def fsdp_policy_rank_bytes(param_shapes: list[tuple[int, ...]], world_size: int,
                            optimizer=optimizer, padded=padded)
 
 
-def zero_stage_bytes(n_params: int, world_size: int, stage: int, policy: PrecisionPolicy,
-                     optimizer: str = "adam") -> MemoryBreakdown:
-    """Model states per device under ZeRO `stage` (0 = DDP) for a policy (per-tensor `step`
-    scalars left out): stage 1 shards the optimizer, 2 also gradients, 3 also parameters."""
-    p, g, o = policy_bytes_per_param(policy, optimizer)
-    return _zero_stage_bytes(n_params, world_size, stage, (p, g, o))
-
-
 def _zero_stage_bytes(n_params: int, n: int, stage: int, per_param: tuple[int, int, int]
                       ) -> MemoryBreakdown:
     p, g, o = per_param

@@ -120,12 +120,6 @@ def cluster_of(p: Point) -> Cluster:
     return replace(CLUSTERS[p.cluster], n_nodes=p.n_nodes)
 
 
-def predict_us(p: Point, params: ModelParams = DEFAULT_PARAMS) -> tuple[float, str]:
-    """(modelled microseconds, "algorithm/protocol" chosen) for one point."""
-    t, pair = run_predictions([p], params)
-    return float(t[0]), pair[0]
-
-
 def run_predictions(pts: Sequence[Point], params: ModelParams = DEFAULT_PARAMS
                     ) -> tuple[np.ndarray, list[str]]:
     """Modelled microseconds and chosen "algorithm/protocol" of points of one run (one

@@ -31,7 +31,7 @@ from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import OPS_PER_LAYER, backward_time_s, forward_time_s, optimizer_time_s
 from dpsim.sim.cost.gil import Segment, schedule
 from dpsim.sim.cost.memory import optimizer_state_bytes
-from dpsim.sim.hardware import PCIE4_X16, Cluster, Device, Link
+from dpsim.sim.hardware import PCIE4_X16, Cluster, Device
 from dpsim.sim.limits import MAX_HOST_US
 from dpsim.sim.strategies.dp.closed_form import activation_bytes_per_layer, scatter_sizes
 from dpsim.sim.strategies.dp.config import DPConfig
@@ -45,10 +45,6 @@ PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "redu
 
 def _ops(layer: Layer) -> int:
     return OPS_PER_LAYER if layer.flops or layer.output_bytes else 0
-
-
-def _copy_s(nbytes: int, link: Link) -> float:
-    return link.latency_us * 1e-6 + nbytes / (link.bandwidth_GBps * 1e9)
 
 
 def _loss_s(nbytes: int, device: Device, op_s: float) -> float:
