@@ -5,7 +5,7 @@ what DDP does: the initial parameters after wrapping (different seeds per rank),
 gradients right after backward against every rank's local gradient, the all-reduce calls
 per backward (the second: DDP rebuilds its buckets after the first) and when they start,
 the parameters after each rank's own optimizer step, how many samples each rank's
-DataLoader gives, and no_sync (from `ddp_options`).
+DataLoader gives, and no_sync (`no_sync.no_sync_demo`).
 The same ranks then train a small model with FSDP2 (`fsdp_facts`: shard bytes and the
 collectives of one recorded step). `torch_source_facts` reads torch's DataParallel and DDP
 sources (what they import and call). `threads_vs_processes` times the GIL with repeats;

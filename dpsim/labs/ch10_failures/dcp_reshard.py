@@ -9,7 +9,8 @@ shards (DCP reads the overlapping byte ranges of the saved shards), puts it back
 `set_model_state_dict` / `set_optimizer_state_dict`, and trains to the end. Every global
 batch is the same whatever the world size, so the final parameters equal one process
 trained on the whole batch (up to float32 summation order: `TOLERANCE`).
-`export_full_rank` gathers a full (unsharded) state dict on rank 0 for inference.
+After training, `load_rank` also gathers a full (unsharded) state dict on rank 0
+(`full_state_dict=True`) and, given `export_dir`, saves it for inference.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def run_hsdp(world_size: int = 4, replicate: int = 2, *, steps: int = 3, global_
                    backend="gloo", timeout_s=timeout_s)
     shard_size = world_size // replicate
     predicted: dict[str, dict[str, int]] = {"shard": {}, "replicate": {}}
-    units = ranks[0]["units"]  # the blocks, then the root (gathered once: see fsdp_train.shard)
+    units = ranks[0]["units"]  # the blocks, then the root (gathered once: see fsdp_builders.shard)
     for i, unit in enumerate(units):
         gathers = 1 if i == len(units) - 1 else 2
         for dim, ops in predicted_collective_bytes(unit, replicate, shard_size,

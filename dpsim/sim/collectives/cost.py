@@ -24,9 +24,10 @@ Three algorithms (N ranks, L = ceil(log2 N) tree levels, root = rank 0):
 Ring broadcast/reduce pipeline N chunks along the chain 0 -> 1 -> ... -> N-1; tree
 all-* collectives are a tree into rank 0 followed by a tree out of it; naive ones gather
 everything on rank 0 (one round) and send the result out (one round). Reduction
-arithmetic is not counted. `dpsim.sim.collectives.schedule` builds every algorithm as rounds
-of messages, and the tests check that its simulated time equals these closed forms; bytes
-per rank come by formula from `dpsim.sim.collectives.traffic`, equal to the schedule's. The
+arithmetic is not counted. The tests' oracle, `tests/support/schedule.py`, builds every
+algorithm as rounds of messages and checks that its simulated time equals these closed
+forms; bytes per rank come by formula from `dpsim.sim.collectives.traffic`, equal to the
+schedule's. The
 inputs' ranges (ranks, bytes, links) are in `dpsim.sim.collectives.limits`.
 """
 

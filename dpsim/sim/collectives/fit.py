@@ -4,11 +4,11 @@
 all-reduce). Two ways to weigh the timings:
 
 * "relative": least squares on relative error, linear in (alpha, 1/B), so 1 KiB and
-  64 MiB count alike (`labs.ch02_collectives.calibrate_links.fit_alpha_beta`). When one
+  64 MiB count alike (`dpsim.runtime.link_calibration.fit_alpha_beta`). When one
   term explains everything: a huge bandwidth (1/B = 1e-15 s per byte) or alpha = 0 and 1/B refitted.
 * "absolute": an ordinary least-squares line t = a + b x through x = f S, so the large
-  sizes dominate (`labs.ch05_ddp.ddp_recorder.measure_link`); alpha = max(a / k, 0), B = 1 / b,
-  1000 GB/s when the slope is not positive.
+  sizes dominate (`dpsim.runtime.link_calibration.measure_link`); alpha = max(a / k, 0),
+  B = 1 / b, 1000 GB/s when the slope is not positive.
 """
 
 from __future__ import annotations

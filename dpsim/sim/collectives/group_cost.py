@@ -22,7 +22,7 @@ Two models, chosen by the links the group crosses (`uses_nccl`):
   model has a tree only across nodes and NVLS only inside an NVSwitch node), else the ring;
   "naive" (no NCCL algorithm) is the textbook closed form on the group's achieved link.
 * "generic" links (this machine's CPU and gloo, calibrated by
-  `labs.ch02_collectives.calibrate_links`; any Link built by hand): the closed forms of
+  `dpsim.runtime.link_calibration`; any Link built by hand): the closed forms of
   `collectives.cost` on the group's link, "auto" being the ring; chapters 1-5 predict as
   before.
 

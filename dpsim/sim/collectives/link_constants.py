@@ -77,7 +77,7 @@ BASE_LATENCY_US: dict[tuple[str, str], Constant] = {
 
 # NCCL's per-hop latencies (hwLatencies, us) per link class x algorithm x protocol; NVLS
 # and NVLSTree run Simple only. dpsim's latency of a pair is NCCL's formula over these
-# (`protocols.nccl_latency_s`) plus the network's own latency (fitted, HOP_LATENCY_US).
+# (`protocols.nccl_latency_us`) plus the network's own latency (fitted, HOP_LATENCY_US).
 HW_LATENCY_US: dict[tuple[str, str, str], Constant] = {
     **{(hw, a, p): Constant(v, f"{NCCL_TUNING}, line {line}: hwLatencies")
        for hw, line, rows in (("nvlink", 159, {"tree": (0.6, 1.25, 4.0),

@@ -1,8 +1,9 @@
 """Bytes each rank sends and receives in one collective, by formula (no rounds simulated).
 
-The same numbers as summing the messages of `schedule.schedule` (the tests compare them
-rank by rank), computed with a few array operations whatever N is. Root is rank 0; the
-chunks c = 0..N-1 of S bytes have sizes s_c from `ring.chunk_sizes` (differ by at most 1).
+The same numbers as summing the messages of the tests' oracle (`schedule` in
+`tests/support/schedule.py`; the tests compare them rank by rank), computed with a few
+array operations whatever N is. Root is rank 0; the chunks c = 0..N-1 of S bytes have
+sizes s_c from `ring.chunk_sizes` (differ by at most 1).
 
 * ring: reduce-scatter, rank r sends all chunks but its own (S - s_r) and receives all but
   its left neighbour's; all-gather sends all but its right neighbour's and receives all

@@ -3,7 +3,8 @@
 `fully_shard` splits every parameter with `torch.chunk` along dim 0 (ceil(dim0 / N) rows
 per rank, fewer or none at the end) and pads each local shard to the first rank's size;
 these functions give the rows, elements and bytes per rank that cut leaves
-(`labs.ch06_fsdp.fsdp_train` measures them against real shards).
+(`dpsim.runtime.fsdp_run` puts them beside a real run's shards, which
+`dpsim.runtime.fsdp_builders.measure_shards` reads).
 """
 
 from __future__ import annotations

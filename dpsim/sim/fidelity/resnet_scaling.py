@@ -84,7 +84,8 @@ def cluster_of(table: dict[str, Any], device: Device, n_gpus: int) -> Cluster:
 
 def ddp_step_s(workload: Workload, table: dict[str, Any], device: Device,
                n_gpus: int) -> float:
-    """dpsim's DDP step on `n_gpus` (public API: ddp.simulate with the table's gradients)."""
+    """dpsim's DDP step on `n_gpus` (`strategies.ddp.simulate`, what `dpsim.sim.simulate`
+    runs for a DDPConfig, with the table's gradients)."""
     cfg = ddp.DDPConfig(batch_size=table["batch_per_gpu"], optimizer=OPTIMIZER,
                         dtype=compute_dtype(table))
     grads = ddp.grad_tensors(workload, table["gradient_dtype"])

@@ -2,7 +2,8 @@
 
 Peak numbers are vendor datasheet figures (dense, no sparsity), each sourced in
 `dpsim.sim.hardware.gpu_specs`. `efficiency` is the fraction of peak a well-tuned training
-step reaches; `labs.ch01_single_device.calibrate` measures it.
+step reaches; `dpsim.runtime.device_calibration.calibrate_device` measures this machine's
+device, folding what a training step reaches into the peaks (efficiency 1.0).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Dense peaks (no structured sparsity), per GPU. `bf16_tflops` is the 16-bit tensor-core peak
 (fp16 where the chip has no bf16: V100, T4). `link_GBps` is the device-to-device bandwidth
 per direction the vendor states (NVLink / Infinity Fabric per GPU, else the PCIe slot).
-`hardware.py` turns each row into a `Device`; `names` are lower-case words of the name CUDA
+`hardware.device` turns each row into a `Device`; `names` are lower-case words of the name CUDA
 reports (`torch.cuda.get_device_properties(i).name`); the longest whole-word match wins, so
 "L40S" is not taken for an L4 nor "A100" for an A10.
 """

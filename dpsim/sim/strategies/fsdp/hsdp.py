@@ -13,8 +13,7 @@ F = W is full sharding, F = 1 full replication (DDP), 1 < F < W hybrid sharding.
 Per device and step, on a ring (M = model bytes in the communication dtype):
 full 3(W-1)/W M; hybrid 3(F-1)/F M + 2(R-1)/R M/F; none 2(W-1)/W M
 (`hsdp_traffic`). The strategies and F follow the paper; the byte counts are the ring costs
-(`collectives.cost`) of the collectives it names, not numbers quoted from it. (The section
-number is cited from the published paper; its text could not be fetched here to re-check.)
+(`collectives.cost`) of the collectives it names, not numbers quoted from it.
 The simulation is FSDP's unit-by-unit step (`fsdp.step.FSDPStep`) over one
 shard group, with a second comm stream ("replicate") for the all-reduces; the optimizer
 waits for both streams. The two groups are the mesh's (`collectives.group_cost.mesh_shapes`),
