@@ -91,10 +91,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests notebooks solutions --nbval-lax --nbval-current-env -p no:cacheprovider \
 	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
-# Tests not marked `slow` start no process (tests/conftest.py enforces it).
+# Tests not marked `slow` start no process (tests/conftest.py enforces it); they too are
+# spread over TEST_WORKERS workers, without the notebook plugin (about 55 s on 2 cores).
 test-fast: $(STAMP)
 	$(BIN)/ruff check dpsim tests benchmarks scripts
-	$(BIN)/python -m pytest tests -m "not slow" --ignore=tests/browser -q -p no:cacheprovider
+	$(BIN)/python -m pytest tests -m "not slow" --ignore=tests/browser -q -p no:cacheprovider \
+	  -p no:nbval -n $(TEST_WORKERS) --dist loadfile
 
 # On a CUDA machine: the GPU tests, then the GPU numbers into benchmarks/results/gpu_*.json.
 test-gpu: $(STAMP)
