@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsim.sim.checks import require_choice, require_int
-from dpsim.sim.collectives.limits import ALGORITHMS, COLLECTIVES, finite_seconds
+from dpsim.sim.collectives.domain import ALGORITHMS, COLLECTIVES, finite_seconds
 from dpsim.sim.collectives.ring import chunk_sizes
 from dpsim.sim.hardware import Link
 from dpsim.sim.limits import MAX_LISTED_RANKS, MAX_NBYTES, MAX_SCHEDULE_RANKS

@@ -28,7 +28,7 @@ arithmetic is not counted. The tests' oracle, `tests/support/schedule.py`, build
 algorithm as rounds of messages and checks that its simulated time equals these closed
 forms; bytes per rank come by formula from `dpsim.sim.collectives.traffic`, equal to the
 schedule's. The
-inputs' ranges (ranks, bytes, links) are in `dpsim.sim.collectives.limits`.
+inputs' ranges (ranks, bytes) are in `dpsim.sim.limits`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from dpsim.sim.checks import OneOf, Real
-from dpsim.sim.collectives.limits import ALGORITHMS, COLLECTIVES, finite_seconds
+from dpsim.sim.collectives.domain import ALGORITHMS, COLLECTIVES, finite_seconds
 from dpsim.sim.collectives.ring import RingStep, chunk_bounds, ring_all_reduce_steps
 from dpsim.sim.collectives.traffic import bytes_per_rank
 from dpsim.sim.hardware import Link

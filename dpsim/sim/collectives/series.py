@@ -21,7 +21,7 @@ from dpsim.sim.collectives.cost import (
     collective_times_s,
     ring_bytes_per_rank_formula,
 )
-from dpsim.sim.collectives.limits import COLLECTIVES as COLLECTIVES  # what `collective` takes
+from dpsim.sim.collectives.domain import COLLECTIVES as COLLECTIVES  # what `collective` takes
 from dpsim.sim.hardware import Link
 from dpsim.sim.limits import MAX_NBYTES, ListedRanks, NBytes, WorldSize
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from dpsim.sim.checks import Int, Real, check_fields
-from dpsim.sim.cost.gil_limits import SEGMENT_KINDS as SEGMENT_KINDS
-from dpsim.sim.cost.gil_limits import Segment as Segment
-from dpsim.sim.cost.gil_limits import check_steps, check_threads
-from dpsim.sim.cost.gil_limits import simulation_steps as simulation_steps
+from dpsim.sim.cost.gil_domain import SEGMENT_KINDS as SEGMENT_KINDS
+from dpsim.sim.cost.gil_domain import Segment as Segment
+from dpsim.sim.cost.gil_domain import check_steps, check_threads
+from dpsim.sim.cost.gil_domain import simulation_steps as simulation_steps
 from dpsim.sim.limits import MAX_CORES as MAX_CORES
 from dpsim.sim.limits import MAX_CPU_S
 from dpsim.sim.limits import MAX_THREADS as MAX_THREADS

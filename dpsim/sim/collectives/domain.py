@@ -1,13 +1,13 @@
-"""The domain of the collectives' inputs: how many ranks, how many bytes, which links.
+"""The domain of the collectives: which collectives and algorithms the closed forms know,
+and the check that a time stays finite over a link.
 
-Closed forms cost the same whatever N is, so they take any world size a dpsim `Cluster`
-can hold (1024 devices x 4096 nodes). Answers with one entry per rank (bytes per rank,
-chunk bounds) take up to 65,536 ranks, 64 times the course's largest case of 1024 GPUs;
-schedules (N rounds of N messages for the ring, O(N**2) memory) up to 1024. The
-step-by-step ring keeps every rank's array after every step and who summed into every
-chunk (N**3 entries a step), so it takes up to 32 ranks and 2**23 stored numbers. A
-message is at most 2**46 bytes (64 TiB, 256 times the fp32 gradients of a 70B model), so
-that N * S, the most one rank ever sends, fits in an int64 for every listed N.
+The bounds on ranks and bytes are in `dpsim.sim.limits`. Closed forms cost the same whatever
+N is, so they take any world size a dpsim `Cluster` can hold (1024 devices x 4096 nodes).
+Answers with one entry per rank (bytes per rank, chunk bounds) take up to 65,536 ranks, 64
+times the course's largest case of 1024 GPUs; the step-by-step ring keeps every rank's array
+after every step and who summed into every chunk (N**3 entries a step), so it takes up to 32
+ranks and 2**23 stored numbers. A message is at most 2**46 bytes (64 TiB, 256 times the fp32
+gradients of a 70B model), so that N * S, the most one rank ever sends, fits in an int64.
 """
 
 from __future__ import annotations
