@@ -138,15 +138,16 @@ def _alive(pid: int) -> bool:
 
 
 def _command_lines_holding(text: str) -> list[str]:
-    """Command lines of the processes of this machine that contain `text`."""
+    """Command lines of the processes of this machine that contain `text` (a command line is
+    bytes: another user's process may hold any, e.g. Latin-1, so it is searched as bytes)."""
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
             continue
-        if text in cmdline:
-            found.append(f"{entry.name}: {cmdline}")
+        if text.encode() in cmdline:
+            found.append(f"{entry.name}: {cmdline.decode(errors='backslashreplace')}")
     return found
 
 
