@@ -14,20 +14,24 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpsim.sim import DEVICES, GiB
+from dpsim.sim import DEVICES, GiB, match_name
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # terminal escape codes, removed before parsing
+MEMORY_SUFFIX = re.compile(r"-\d+gb$")  # a preset key's memory size: a100-40gb -> a100
 NVLINK = re.compile(r"^NV\d+$")  # "NV12": 12 NVLinks between the two GPUs (nvidia-smi topo)
 
 
 def preset_for(name: str, memory_bytes: int) -> str | None:
-    """The dpsim GPU preset whose model family is in `name`, nearest in memory; None if none."""
-    lowered = name.lower()
-    family = [k for k, d in DEVICES.items()
-              if d.kind == "gpu" and k.split("-")[0] in lowered]
-    if not family:
+    """The dpsim GPU preset that the CUDA name identifies (`match_name`: "Tesla T4" is t4,
+    "NVIDIA A10G" a10g, "NVIDIA GeForce RTX 3090" rtx-3090, "NVIDIA L40S" none); among
+    presets of one model in several memory sizes (a100-40gb, a100-80gb) the one nearest in
+    memory. None if no preset matches."""
+    key = match_name(name)
+    if key is None:
         return None
-    return min(family, key=lambda k: abs(DEVICES[k].memory_GiB - memory_bytes / GiB))
+    model = MEMORY_SUFFIX.sub("", key)
+    sizes = [k for k in DEVICES if MEMORY_SUFFIX.sub("", k) == model]
+    return min(sizes, key=lambda k: (abs(DEVICES[k].memory_GiB - memory_bytes / GiB), k != key))
 
 
 def parse_topology(text: str) -> dict[tuple[int, int], str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from dpsim.course.doctor import format_report
@@ -44,6 +46,16 @@ def test_topology_is_read_per_gpu_pair() -> None:
     ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"),
     ("NVIDIA A100-SXM4-80GB", 79.2, "a100-80gb"),
     ("NVIDIA GeForce RTX 4090", 23.6, "rtx-4090"),
+    ("NVIDIA A100-PCIE-40GB", 39.4, "a100-40gb"),  # "a100" names the model; memory the size
+    ("Tesla T4", 14.6, "t4"),
+    ("NVIDIA L4", 22.0, "l4"),
+    ("NVIDIA A10G", 22.0, "a10g"),
+    ("NVIDIA A10", 22.0, "a10"),
+    ("NVIDIA GeForce RTX 3070", 7.8, "rtx-3070"),
+    ("NVIDIA GeForce RTX 3080", 9.8, "rtx-3080"),
+    ("NVIDIA GeForce RTX 3090", 23.7, "rtx-3090"),
+    ("NVIDIA GeForce RTX 4080", 15.7, "rtx-4080"),
+    ("NVIDIA L40S", 44.4, None),  # neither an L4 nor an L40
     ("NVIDIA Quadro P1000", 3.9, None),
 ])
 def test_preset_by_family_and_memory(name: str, gib: float, preset: str | None) -> None:
@@ -86,6 +98,43 @@ def test_doctor_report_shows_the_gpu_lines() -> None:
     text = format_report(facts)
     assert "GPU 0         NVIDIA H100 80GB HBM3, 79.1 GiB, compute capability 9.0" in text
     assert "dpsim preset: h100-80gb" in text
+
+
+# The GPUs learners reach: Kaggle's 2 x T4, Colab's T4, cloud L4 and A10G, their own RTX cards.
+LEARNER_GPUS = [("Tesla T4", 15.6, (7, 5), "t4"), ("NVIDIA L4", 22.5, (8, 9), "l4"),
+                ("NVIDIA A10G", 22.5, (8, 6), "a10g"),
+                ("NVIDIA GeForce RTX 3070", 7.8, (8, 6), "rtx-3070"),
+                ("NVIDIA GeForce RTX 3080", 9.8, (8, 6), "rtx-3080"),
+                ("NVIDIA GeForce RTX 3090", 23.7, (8, 6), "rtx-3090"),
+                ("NVIDIA GeForce RTX 4080", 15.7, (8, 9), "rtx-4080"),
+                ("NVIDIA GeForce RTX 4090", 23.6, (8, 9), "rtx-4090")]
+
+
+@pytest.mark.parametrize(("name", "gib", "capability", "preset"), LEARNER_GPUS,
+                         ids=[g[3] for g in LEARNER_GPUS])
+def test_doctor_names_a_learners_gpu_from_what_torch_reports(
+        monkeypatch: pytest.MonkeyPatch, name: str, gib: float, capability: tuple[int, int],
+        preset: str) -> None:
+    """torch.cuda faked as two such GPUs (Kaggle's 2 x T4 shape): the doctor's own path from
+    torch's device properties to the report names the preset, with no warning."""
+    import torch
+
+    from dpsim.course import doctor, gpu_report
+
+    props = SimpleNamespace(name=name, total_memory=int(gib * GiB), major=capability[0],
+                            minor=capability[1])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda i, j: False)
+    monkeypatch.setattr(gpu_report, "topology", dict)  # no nvidia-smi is run
+    monkeypatch.setattr(doctor.platform, "platform", lambda: "Linux")  # uname -p: a process
+    text = doctor.format_report(doctor.report())
+    for i in (0, 1):
+        assert f"GPU {i}         {name}, {gib:.1f} GiB, compute capability " \
+               f"{capability[0]}.{capability[1]}, peer access: none" in text
+    assert text.count(f"dpsim preset: {preset}\n") == 2
+    assert "WARNING" not in text
 
 
 @pytest.mark.gpu

@@ -122,7 +122,9 @@ def test_every_preset_is_sourced_and_identified_by_its_cuda_name() -> None:
     names: list[tuple[str, str | None]] = [
         ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA H100 80GB HBM3", "h100-80gb"),
         ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"), ("NVIDIA B200", "b200"),
-        ("NVIDIA L4", "l4"), ("Tesla T4", "t4"), ("NVIDIA A10G", "a10"),
+        ("NVIDIA L4", "l4"), ("Tesla T4", "t4"), ("NVIDIA A10G", "a10g"), ("NVIDIA A10", "a10"),
+        ("NVIDIA GeForce RTX 3070", "rtx-3070"), ("NVIDIA GeForce RTX 3080", "rtx-3080"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"), ("NVIDIA GeForce RTX 4080", "rtx-4080"),
         ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("Tesla V100-SXM2-32GB", "v100-32gb"),
         ("AMD Instinct MI300X", "mi300x"), ("NVIDIA L40S", None), ("NVIDIA GH200 480GB", None)]
     for cuda, expected in names:

@@ -74,6 +74,11 @@ B200 = _device("b200")
 L4 = _device("l4")
 T4 = _device("t4", op_overhead_us=8.0)
 A10 = _device("a10")
+A10G = _device("a10g")
+RTX_3070 = _device("rtx-3070")
+RTX_3080 = _device("rtx-3080")
+RTX_3090 = _device("rtx-3090")
+RTX_4080 = _device("rtx-4080")
 RTX_4090 = _device("rtx-4090")
 V100_32GB = _device("v100-32gb", op_overhead_us=8.0)
 MI300X = _device("mi300x")
@@ -89,6 +94,11 @@ DEVICES: dict[str, Device] = {
     "l4": L4,
     "t4": T4,
     "a10": A10,
+    "a10g": A10G,
+    "rtx-3070": RTX_3070,
+    "rtx-3080": RTX_3080,
+    "rtx-3090": RTX_3090,
+    "rtx-4080": RTX_4080,
     "rtx-4090": RTX_4090,
     "v100-32gb": V100_32GB,
     "mi300x": MI300X,
@@ -109,7 +119,7 @@ def device_for_name(cuda_name: str,
     """The preset a CUDA device name identifies (`gpu_specs.match_name`), with the real
     memory size (bytes; from 8 MiB, kept to 0.01 GiB). An unknown name gets A100 80GB peaks
     and a warning, never silently; so does a name whose preset is a stand-in (an A10G takes
-    the A10's datasheet)."""
+    the A10's datasheet rates)."""
     key = match_name(cuda_name)
     memory = round(memory_bytes / GiB, 2)
     if key is None:
@@ -119,7 +129,7 @@ def device_for_name(cuda_name: str,
                           "better numbers", stacklevel=2)
         return replace(A100_80GB, name=cuda_name, memory_GiB=memory)
     preset = DEVICES[key]
-    if warn and "a10g" in cuda_name.lower():
+    if warn and key == "a10g":
         warnings.warn(f"GPU {cuda_name!r}: {SPECS[key].note}", stacklevel=2)
     return replace(preset, name=cuda_name, memory_GiB=memory)
 

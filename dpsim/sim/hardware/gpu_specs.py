@@ -32,6 +32,14 @@ class GpuSpec(NamedTuple):
 A100_DATASHEET = ("NVIDIA A100 Tensor Core GPU datasheet, table 'Specifications' "
                   "(nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
                   "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)")
+A10_DATASHEET = "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu)"
+# GeForce cards: NVIDIA's architecture whitepapers carry their datasheet tables. GeForce
+# tensor cores run FP16 and BF16 with FP32 accumulate (what autocast uses) at half the rate
+# of FP16 accumulate: bf16_tflops holds the FP32-accumulate figure.
+GA102_WHITEPAPER = ("NVIDIA Ampere GA102 GPU architecture whitepaper V2.0 "
+                    "(nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-"
+                    "v2.pdf)")
+ADA_WHITEPAPER = "NVIDIA Ada Lovelace GPU architecture whitepaper v2.1"
 H100_DATASHEET = ("NVIDIA H100 Tensor Core GPU datasheet, table 'Technical Specifications' "
                   "(resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)")
 
@@ -76,14 +84,38 @@ SPECS: dict[str, GpuSpec] = {
         "FP16/FP32 65 TFLOPS, 16 GB, 320 GB/s, PCIe Gen3 x16 32 GB/s (16 per direction)",
         "no bf16: bf16_tflops holds the fp16 tensor peak"),
     "a10": GpuSpec(
-        "A10 24GB", 24.0, 31.2, 125.0, 600.0, 32.0, "pcie", ("a10g", "a10"),
-        "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu): FP32 31.2, "
-        "BF16 250 with sparsity (125 dense), 24 GB, 600 GB/s, PCIe Gen4 x16",
+        "A10 24GB", 24.0, 31.2, 125.0, 600.0, 32.0, "pcie", ("a10",),
+        A10_DATASHEET + ": FP32 31.2, BF16 250 with sparsity (125 dense), 24 GB, 600 GB/s, "
+        "PCIe Gen4 x16"),
+    "a10g": GpuSpec(
+        "A10G 24GB", 24.0, 31.2, 125.0, 600.0, 32.0, "pcie", ("a10g",),
+        "no NVIDIA datasheet: AWS's EC2 G5 page (aws.amazon.com/ec2/instance-types/g5) gives "
+        "24 GB per A10G; the rates are the A10's, " + A10_DATASHEET + " (the A10 row)",
         "AWS's A10G has no NVIDIA datasheet; it is given the A10's figures, with a warning"),
+    "rtx-3070": GpuSpec(
+        "GeForce RTX 3070 8GB", 8.0, 20.3, 40.6, 448.0, 32.0, "pcie", ("rtx 3070",),
+        GA102_WHITEPAPER + ", appendix A table 'GeForce RTX 3070': FP32 20.3, FP16 tensor "
+        "with FP32 accumulate 40.6 dense (BF16 the same), 8 GB GDDR6 448 GB/s, PCIe Gen4 x16",
+        "no NVLink"),
+    "rtx-3080": GpuSpec(
+        "GeForce RTX 3080 10GB", 10.0, 29.8, 59.5, 760.0, 32.0, "pcie", ("rtx 3080",),
+        GA102_WHITEPAPER + ", table 1 'GeForce RTX 3080': FP32 29.8, FP16 tensor with FP32 "
+        "accumulate 59.5 dense (BF16 the same), 10 GB GDDR6X 760 GB/s, PCIe Gen4 x16",
+        "no NVLink"),
+    "rtx-3090": GpuSpec(
+        "GeForce RTX 3090 24GB", 24.0, 35.6, 71.0, 936.0, 32.0, "pcie", ("rtx 3090",),
+        GA102_WHITEPAPER + ", appendix A table 'GeForce RTX 3090': FP32 35.6, FP16 tensor "
+        "with FP32 accumulate 71 dense (BF16 the same), 24 GB GDDR6X 936 GB/s, PCIe Gen4 x16",
+        "an NVLink bridge between two cards is not modelled: PCIe"),
+    "rtx-4080": GpuSpec(
+        "GeForce RTX 4080 16GB", 16.0, 48.7, 97.5, 716.8, 32.0, "pcie", ("rtx 4080",),
+        ADA_WHITEPAPER + ", appendix table 'RTX 4080 16 GB': FP32 48.7, FP16/BF16 tensor with "
+        "FP32 accumulate 97.5 dense, 16 GB GDDR6X 716.8 GB/s, PCIe Gen4 x16",
+        "no NVLink; GeForce peer-to-peer over PCIe is disabled by the driver"),
     "rtx-4090": GpuSpec(
         "GeForce RTX 4090 24GB", 24.0, 82.6, 165.2, 1008.0, 32.0, "pcie", ("rtx 4090", "4090"),
-        "NVIDIA Ada Lovelace GPU architecture whitepaper v2.1, appendix table 'RTX 4090': FP32 "
-        "82.6, FP16/BF16 tensor with FP32 accumulate 165.2 dense, 24 GB GDDR6X 1,008 GB/s",
+        ADA_WHITEPAPER + ", appendix table 'RTX 4090': FP32 82.6, FP16/BF16 tensor with FP32 "
+        "accumulate 165.2 dense, 24 GB GDDR6X 1,008 GB/s",
         "no NVLink; GeForce peer-to-peer over PCIe is disabled by the driver"),
     "mi300x": GpuSpec(
         "Instinct MI300X 192GB", 192.0, 163.4, 1307.4, 5300.0, 448.0, "infinity_fabric",
