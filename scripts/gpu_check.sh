@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The GPU check, one command, on a machine with one CUDA GPU and no package index:
+# The GPU check, one command, on a machine with one or two CUDA GPUs and no package index:
 #
-#   bash scripts/gpu_check.sh [--dry-run] OUTDIR
+#   bash scripts/gpu_check.sh [--dry-run [--gpus N]] OUTDIR
 #
 # It installs the wheels of `make gpu-bundle` (build/gpu-bundle, or $GPU_BUNDLE) into a
 # temporary folder, uses the machine's own torch, prints the versions, then runs, each step
-# under `timeout` and all of them within $GPU_CHECK_BUDGET_S seconds (default 420):
-#   1. scripts/record_gpu.py: every GPU number beside dpsim's prediction;
-#   2. pytest -m gpu (the tests that need a CUDA GPU);
-#   3. the notebooks with GPU cells (01, 03, 05, 06, 08, 09) under nbval.
+# under `timeout` and all of them within $GPU_CHECK_BUDGET_S seconds (default 420 on one
+# GPU, 540 on two or more):
+#   1. scripts/record_gpu.py: every GPU number beside dpsim's prediction (at most 240 s);
+#   1b. with 2 GPUs or more, record_gpu.py --gpus 2 (at most 120 s): the real
+#      nn.DataParallel on 2 GPUs, NCCL DDP and FSDP2 on 2 ranks, each beside the simulated
+#      step on 2 GPUs of the device (two launches of at most 40 s each, the DataParallel
+#      step in-process, the start of Python and CUDA: ~100 s at worst);
+#   2. pytest -m gpu (the tests that need a CUDA GPU; at most 180 s);
+#   3. the notebooks with GPU cells (01, 03, 05, 06, 08, 09) under nbval (120 s each).
+# The budget: 15 minutes of device time hold the machine's start (2 to 4 minutes) and one
+# command of at most 600 s; 540 s, the last step's 10 s kill grace and the record's 40 s
+# finish stay within it (tests/runtime/test_gpu_plan.py keeps these sums).
 # A step that fails or runs out of time is recorded, and the next one runs (a step
 # left when the budget is spent is recorded as out_of_time). It always writes
 # OUTDIR/gpu_<device>.json (copy it to benchmarks/results/) and OUTDIR/gpu_check.log, and
@@ -16,14 +24,19 @@
 #
 # --dry-run (or GPU_CHECK_DRY_RUN=1): on a CPU, every step that needs no GPU runs (the
 # bundle's check, the versions, record_gpu.py's predictions, pytest -m gpu's collection,
-# whose tests skip) and the log and the JSON say what was skipped and why.
+# whose tests skip) and the log and the JSON say what was skipped and why, with the time
+# limit it has on a GPU. --gpus N (or GPU_CHECK_GPUS; default 1) emulates N GPUs: the plan,
+# budget and steps of a machine with N GPUs, and record_gpu.py binds every library call
+# each step would make there (`record_gpu.py --plan`).
 # Exit status: 0 when every step passed or was skipped, 1 otherwise, 2 on a usage error.
 set -u -o pipefail
 
 DRY=${GPU_CHECK_DRY_RUN:-0}
+GPUS=${GPU_CHECK_GPUS:-}
 if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
-if [ $# -ne 1 ]; then
-  echo "usage: bash scripts/gpu_check.sh [--dry-run] OUTDIR" >&2
+if [ "${1:-}" = "--gpus" ] && [ "$DRY" = 1 ]; then GPUS=${2:-}; shift 2 || true; fi
+if [ $# -ne 1 ] || ! [[ "${GPUS:-1}" =~ ^[0-9]+$ ]]; then
+  echo "usage: bash scripts/gpu_check.sh [--dry-run [--gpus N]] OUTDIR" >&2
   exit 2
 fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +46,14 @@ LOG=$OUT/gpu_check.log
 
 PY=${PYTHON:-python3}
 BUNDLE=${GPU_BUNDLE:-$ROOT/build/gpu-bundle}
-BUDGET=${GPU_CHECK_BUDGET_S:-420}
+if [ "$DRY" != 1 ]; then  # the machine's own count (its torch needs no bundle)
+  GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2> /dev/null || echo 0)
+fi
+GPUS=${GPUS:-1}
+BUDGET_1GPU=420
+CAP_2GPU=120  # record_gpu.py --gpus 2 (see above); the budget grows by as much on 2 GPUs
+FINISH_S=40  # the steps into the record, after the budget
+BUDGET=${GPU_CHECK_BUDGET_S:-$([ "$GPUS" -ge 2 ] && echo $((BUDGET_1GPU + CAP_2GPU)) || echo $BUDGET_1GPU)}
 NOTEBOOKS="01_single_device 03_data_parallel 05_ddp 06_fsdp 08_myths_lab 09_precision_and_memory"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 STEPS=$WORK/steps.tsv
@@ -77,7 +97,7 @@ run_step() {  # name cap_s command...: at most cap_s, and never past the budget
 
 main() {
   echo "gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $ROOT, results to $OUT," \
-       "budget $BUDGET s$([ "$DRY" = 1 ] && echo ', DRY RUN')"
+       "$GPUS GPUs$([ "$DRY" = 1 ] && echo ' (emulated)'), budget $BUDGET s$([ "$DRY" = 1 ] && echo ', DRY RUN')"
 
   # 1. the bundle
   if ! ls "$BUNDLE"/*.whl > /dev/null 2>&1; then
@@ -131,10 +151,20 @@ EOF
   fi
 
   # 3. the record: every GPU number beside its prediction
+  # (a dry run: the predictions and the plan, under the limits a GPU run has)
   if [ "$DRY" = 1 ]; then
-    run_step record 120 "$PY" scripts/record_gpu.py --dry-run --out "$OUT"
+    run_step record 240 "$PY" scripts/record_gpu.py --dry-run --out "$OUT"
   else
     run_step record 240 "$PY" scripts/record_gpu.py --out "$OUT"
+  fi
+
+  # 3b. on 2 GPUs: DataParallel on 2 GPUs, DDP and FSDP2 on 2 NCCL ranks, into the record
+  if [ "$GPUS" -lt 2 ]; then
+    skip record-2gpu "needs 2 GPUs; this machine has $GPUS (on 2: at most $CAP_2GPU s)"
+  elif [ "$DRY" = 1 ]; then
+    run_step record-2gpu "$CAP_2GPU" "$PY" scripts/record_gpu.py --dry-run --gpus 2 --out "$OUT"
+  else
+    run_step record-2gpu "$CAP_2GPU" "$PY" scripts/record_gpu.py --gpus 2 --out "$OUT"
   fi
 
   # 4. pytest -m gpu (record_gpu.py's own whole-record test: step 3 ran the record)
@@ -150,7 +180,7 @@ EOF
   export PYTEST_XDIST_TESTRUNUID=$RUN_ID
   for nb in $NOTEBOOKS; do
     if [ "$DRY" = 1 ]; then
-      skip "nbval-$nb" "its GPU cells need a CUDA GPU (its CPU path runs under nbval in the suite)"
+      skip "nbval-$nb" "its GPU cells need a CUDA GPU (its CPU path runs under nbval in the suite; on a GPU: at most 120 s)"
     else
       run_step "nbval-$nb" 120 "$PY" -m pytest "notebooks/$nb.ipynb" --nbval-lax \
         --nbval-current-env -p no:cacheprovider -q
@@ -162,7 +192,7 @@ EOF
   fi
 
   # 6. the steps into the record (a record with the machine alone if step 3 wrote none)
-  timeout 60 "$PY" scripts/record_gpu.py --attach-steps "$STEPS" --out "$OUT" \
+  timeout "$FINISH_S" "$PY" scripts/record_gpu.py --attach-steps "$STEPS" --out "$OUT" \
     || echo "gpu_check: could not add the steps to the record"
   if ! ls "$OUT"/gpu_*.json > /dev/null 2>&1; then
     printf '{"benchmark": "gpu", "error": "no record written: see gpu_check.log"}\n' \

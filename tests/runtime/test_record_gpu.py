@@ -148,6 +148,23 @@ def test_the_check_steps_join_the_record(tmp_path: Path) -> None:
     assert "wrote no record" in alone["measured"]
 
 
+def test_a_dry_run_on_2_gpus_adds_the_2_gpu_parts_to_the_record(tmp_path: Path) -> None:
+    module = _script()
+    preset = get_device("h100-80gb")
+    module.record(tmp_path, module.Context(preset, gpu=False))
+    path = module.record(tmp_path, module.Context(preset, gpu=False, gpus=2))
+    result = json.loads(path.read_text())
+    assert list(result["parts"]) == [*module.PARTS, *module.TWO_GPU_PARTS]
+    assert_schema(result, measured=False)
+    for name in module.TWO_GPU_PARTS:
+        part = result["parts"][name]
+        assert part["prediction"] == "simulated"
+        assert part["source"] == "nothing recorded: a dry run without a GPU"
+        assert part["details"]["cluster"].startswith("2 x H100"), name
+    dp = result["parts"]["dataparallel_2_gpus"]
+    assert dp["checks"]["chunk_sizes"]["expected"] == [32, 32]
+
+
 @pytest.mark.parametrize(("name", "slug"), [("NVIDIA H100 80GB HBM3", "h100"),
                                             ("NVIDIA H200", "h200"),
                                             ("NVIDIA H100 PCIe", "h100_pcie"),
@@ -170,11 +187,13 @@ def test_comparison_errors() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
 def test_chapter1_memory_and_dataparallel_on_device_0() -> None:
     module = _script()
-    memory = module.chapter1_memory()
-    assert memory["measured_peak_bytes"] > 0
-    dp = module.dataparallel_one_gpu()
-    assert "cuda:0" in dp["how"]
-    assert {e["kind"] for e in dp["events"]} >= {"scatter", "forward", "loss", "backward"}
+    ctx = module.Context(module.GPU_DEVICE(), gpu=True)
+    memory = module.chapter1_memory(ctx)
+    assert memory["comparisons"]["peak_allocated_bytes"]["measured"] > 0
+    dp = module.dataparallel_one_gpu(ctx)
+    assert "cuda:0" in dp["details"]["how"]
+    assert {e["kind"] for e in dp["details"]["events"]} >= {"scatter", "forward", "loss",
+                                                            "backward"}
 
 
 @pytest.mark.gpu

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,7 @@ class RankRun:
     checksum_final: float  # after the last step (equal on every rank)
     first_indices: list[int] = field(default_factory=list)  # samples of this rank's step 0
     epochs: int = 0  # epochs started (sampler.set_epoch calls)
+    step_times_s: list[float] = field(default_factory=list)  # zero_grad to opt.step, per step
 
 
 def train_rank(rank: int, world_size: int, cfg: DDPRunConfig) -> RankRun:
@@ -135,6 +137,7 @@ def train_rank(rank: int, world_size: int, cfg: DDPRunConfig) -> RankRun:
     opt = build_optimizer(cfg.optimizer, ddp.parameters(), cfg.lr)
     bar = _progress_bar(cfg.steps, rank, world_size, cfg.progress)
     losses: list[float] = []
+    times: list[float] = []
     first: list[int] = []
     epoch = 0
     while len(losses) < cfg.steps:
@@ -143,10 +146,13 @@ def train_rank(rank: int, world_size: int, cfg: DDPRunConfig) -> RankRun:
             first = list(sampler)[: cfg.batch_size]
         epoch += 1
         for x, y in loader:
+            xb, yb = x.to(device), y.to(device)
+            t0 = _sync_clock(device)
             opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(ddp(x.to(device)), y.to(device))
+            loss = nn.functional.cross_entropy(ddp(xb), yb)
             loss.backward()  # DDP all-reduces gradient buckets during backward
             opt.step()
+            times.append(_sync_clock(device) - t0)
             losses.append(float(loss.detach()))
             if bar is not None:
                 bar.update(1)
@@ -156,7 +162,14 @@ def train_rank(rank: int, world_size: int, cfg: DDPRunConfig) -> RankRun:
     if bar is not None:
         bar.close()
     return RankRun(rank, world_size, backend, losses, named_params(ddp.module), before, after,
-                   param_checksum(ddp.module), first, epoch)
+                   param_checksum(ddp.module), first, epoch, times)
+
+
+def _sync_clock(device: torch.device) -> float:
+    """time.perf_counter() once `device`'s queued work is done (a CUDA step is timed whole)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _progress_bar(total: int, rank: int, world_size: int, enabled: bool) -> Any:
