@@ -33,8 +33,11 @@ def command_line() -> argparse.ArgumentParser:
                        "with --format gradescope, results.json")
     grade.add_argument("--format", default="csv", choices=["csv", "gradescope"])
     grade.add_argument("--student", default=None,
-                       help="student id for every notebook (default: notebook metadata "
-                       "dpsim.student, else folder/file name)")
+                       help="student id for every notebook (default: the folder holding it "
+                       "below the notebooks' common folder, else folder/file name)")
+    grade.add_argument("--exercises", default=None,
+                       help="the assignment: only these exercises count (a chapter such as "
+                       "1, ids such as 1.1,1.3); needed with --format gradescope")
     grade.add_argument("--no-isolation", action="store_true",
                        help="grade without the OS sandbox (bubblewrap) even for several "
                        "students: a notebook can then change another's grade")
@@ -90,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           out_dir=args.out, output_format=args.format,
                           notebook_timeout_s=args.notebook_timeout,
                           memory_gib=args.memory_gib, student=args.student,
-                          isolation=not args.no_isolation, visibility=args.visibility)
+                          isolation=not args.no_isolation, visibility=args.visibility,
+                          exercises=args.exercises)
     if args.command == "notebooks":
         from dpsim.course.notebook_outputs import main as notebooks_main
 

@@ -100,8 +100,10 @@ def student_seed(student: str, secret: str = "") -> int:
     """A seed of a student's own cases: stable for one student id, different between ids.
 
     `secret` (the grader's `DPSIM_GRADING_SECRET`) keeps a learner from working out the seed.
+    Any id is accepted: lone surrogates and a folder name's non-UTF-8 bytes (as
+    `os.fsdecode` gives them) are hashed as they stand.
     """
-    digest = hashlib.sha256(f"{secret}\0{student}".encode()).digest()
+    digest = hashlib.sha256(f"{secret}\0{student}".encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:6], "big")
 
 

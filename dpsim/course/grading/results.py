@@ -26,7 +26,9 @@ from pathlib import Path
 STATUSES = ("passed", "failed", "error")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 _RANK = {"passed": 0, "error": 1, "failed": 2}
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may read as a formula
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Totals:
     """Points, maximum and grader errors over `grades` (a notebook's or a student's)."""
 
     grades: dict[str, ExerciseGrade]
+    failed_runs: int  # notebooks the grader itself failed on (no exercise judged)
 
     @property
     def points(self) -> int:
@@ -63,8 +66,8 @@ class Totals:
 
     @property
     def errors(self) -> int:
-        """Exercises the grader failed on."""
-        return sum(g.outcome == "error" for g in self.grades.values())
+        """Exercises the grader failed on, and notebooks it failed on as a whole."""
+        return sum(g.outcome == "error" for g in self.grades.values()) + self.failed_runs
 
 
 @dataclass
@@ -77,6 +80,7 @@ class NotebookGrade(Totals):
     seconds: float = 0.0
     student: str = ""  # whose notebook ("" : the path)
     digest: str = ""  # sha256 of the notebook's bytes
+    failed_runs: int = 0  # 1 when the grader itself failed on this notebook
 
 
 @dataclass
@@ -88,6 +92,7 @@ class StudentGrade(Totals):
     grades: dict[str, ExerciseGrade] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    failed_runs: int = 0
 
 
 def by_student(grades: list[NotebookGrade]) -> list[StudentGrade]:
@@ -98,7 +103,8 @@ def by_student(grades: list[NotebookGrade]) -> list[StudentGrade]:
         sg = students.setdefault(who, StudentGrade(who))
         sg.notebooks.append(g.path)
         sg.seconds += g.seconds
-        sg.notes += [f"{g.path}: {n}" for n in g.notes]
+        sg.failed_runs += g.failed_runs
+        sg.notes += [f"{one_line(g.path)}: {n}" for n in g.notes]
         for eid, eg in g.grades.items():
             old = sg.grades.get(eid)
             if old is None or _RANK[eg.outcome] < _RANK[old.outcome]:
@@ -111,8 +117,32 @@ def _id_key(exercise_id: str) -> tuple[int, ...]:
 
 
 def printable(text: str) -> str:
-    """`text` without control characters (terminal escapes, carriage returns), newlines kept."""
+    """`text` without control characters (terminal escapes, carriage returns) or lone
+    surrogates (which no file or terminal can encode), newlines kept."""
     return _CONTROL.sub("?", text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte of a file name that is not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def one_line(text: str) -> str:
+    """A name (a student id, a path) on one line: every control character (newline and
+    escape included), lone surrogate and non-UTF-8 byte of a file name written as a
+    backslash escape (`jos\\xe9`), so a name can neither break a line nor forge one;
+    what it gives back it leaves as it is."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def csv_cell(text: str) -> str:
+    """A cell safe for a spreadsheet: on one line, and a cell that could start a formula
+    (`=`, `+`, `-`, `@`, tab, carriage return) behind an apostrophe (OWASP's rule)."""
+    cell = one_line(text)
+    return "'" + cell if cell.startswith(FORMULA_START) else cell
 
 
 def score_table(students: list[StudentGrade]) -> list[list[str]]:
@@ -123,22 +153,22 @@ def score_table(students: list[StudentGrade]) -> list[list[str]]:
     for s in students:
         cells = [("error" if s.grades[i].outcome == "error" else str(s.grades[i].points))
                  if i in s.grades else "" for i in ids]
-        rows.append([printable(s.student), *cells, str(s.points), str(s.max_points),
-                     str(s.errors), " ".join(s.notebooks)])
+        rows.append([one_line(s.student), *cells, str(s.points), str(s.max_points),
+                     str(s.errors), " ".join(map(one_line, s.notebooks))])
     return rows
 
 
 def csv_text(rows: list[list[str]]) -> str:
-    """The score table as CSV text."""
+    """The score table as CSV text, every cell neutralized (`csv_cell`)."""
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(rows)
+    csv.writer(out, lineterminator="\n").writerows([[csv_cell(c) for c in r] for r in rows])
     return out.getvalue()
 
 
 def feedback_text(grade: StudentGrade) -> str:
     """Everything a student should read: every exercise's result and message, every note."""
-    lines = [f"{grade.student}: {grade.points} of {grade.max_points} points "
-             f"({', '.join(grade.notebooks)})", ""]
+    lines = [f"{one_line(grade.student)}: {grade.points} of {grade.max_points} points "
+             f"({', '.join(map(one_line, grade.notebooks))})", ""]
     for eg in sorted(grade.grades.values(), key=lambda g: _id_key(g.exercise_id)):
         head = f"{eg.exercise_id}: {eg.points}/{eg.max_points} {eg.outcome}"
         lines.append(head if eg.message is None else f"{head}\n  " +
@@ -150,7 +180,8 @@ def feedback_text(grade: StudentGrade) -> str:
 def feedback_name(student: str) -> str:
     """A file name for a student's feedback, unique per student id (a hash of it is part)."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._")[-100:] or "student"
-    return f"{stem}-{hashlib.sha256(student.encode()).hexdigest()[:10]}.txt"
+    digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{stem}-{digest[:10]}.txt"
 
 
 def gradescope(grade: StudentGrade, seconds: float, visibility: str = "visible"
@@ -178,7 +209,9 @@ def gradescope(grade: StudentGrade, seconds: float, visibility: str = "visible"
 
 def write_checked(path: Path, text: str) -> str | None:
     """Write `text` to `path` (via a temporary file and a rename), read it back; None when
-    the file holds what was written, else what is wrong."""
+    the file holds what was written, else what is wrong. Text no file can hold (a lone
+    surrogate) is written as a backslash escape."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -207,7 +207,7 @@ def test_gradescope_counts_each_exercise_once(tmp_path: Path) -> None:
     with contextlib.redirect_stdout(out):
         rc = grade.main([*map(str, paths), str(tmp_path / "01_broken.ipynb")],
                          out_dir=str(tmp_path / "out"), output_format="gradescope",
-                         student="s1", visibility="after_published")
+                         student="s1", visibility="after_published", exercises="1")
     assert rc == 0, out.getvalue()
     assert out.getvalue().count("grading ") == 2  # a.ipynb and the broken one
     got = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -242,9 +242,12 @@ def test_many_students_need_the_sandbox(tmp_path: Path, monkeypatch: pytest.Monk
     with contextlib.redirect_stdout(out):
         assert grade.main(list(map(str, paths))) == 2
         assert grade.main(list(map(str, paths)), output_format="gradescope",
-                           out_dir=str(tmp_path / "o"), isolation=True) == 2
+                           out_dir=str(tmp_path / "o"), isolation=True, exercises="1") == 2
+        assert grade.main(list(map(str, paths[:1])), output_format="gradescope",
+                           out_dir=str(tmp_path / "o")) == 2
     assert "refusing to grade 2 students" in out.getvalue()
     assert "grades one student's submission" in out.getvalue()
+    assert "needs --exercises" in out.getvalue()
     assert "grading " not in out.getvalue()
 
 
@@ -274,6 +277,16 @@ def test_report_names_and_text() -> None:
     assert results.feedback_name("alice/01_x.ipynb") != results.feedback_name("alice_01/x.ipynb")
     assert results.printable("a\x1b[2Jb\rc\nd") == "a?[2Jb?c\nd"
     assert report.quoted("x\ny") == "  | x\n  | y"
+    assert results.printable("a\ud800b") == "a?b"
+    assert results.one_line("jos\udce9\n\x1b[2J\ud800") == "jos\\xe9\\x0a\\x1b[2J\\ud800"
+    assert results.one_line(results.one_line("a\nb")) == results.one_line("a\nb")
+    for cell in ("=1+1", "+1", "-1", "@SUM(A1)"):
+        assert results.csv_cell(cell) == "'" + cell
+    for cell in ("\t=1", "\r=1"):  # escaped on one line: no longer a formula's start
+        assert not results.csv_cell(cell).startswith(results.FORMULA_START), cell
+    assert results.csv_cell("alice") == "alice"
+    assert results.csv_text([["=HYPERLINK(1)", "1"]]) == "'=HYPERLINK(1),1\n"
+    assert results.feedback_name("jos\udce9") != results.feedback_name("jos\udce8")
 
 
 def test_reports_are_read_back(tmp_path: Path) -> None:
@@ -290,17 +303,28 @@ def test_exercises_of_a_notebook() -> None:
     assert ids[:3] == ["1.1", "1.2", "1.3"]
     assert submission.notebook_exercises(Path("notes.ipynb"), new_notebook()) == []
     ex = get_exercise("1.3")
-    assert submission.candidate_names(ex, nb) == ["f", "largest_batch"]
+    assert submission.graded_name(ex, nb) == "f"
+    hedge = new_notebook(cells=[new_code_cell('check("1.3", gb)\ncheck("1.3", gib)')])
+    assert submission.graded_name(ex, hedge) == "gib"  # the last one passed, no other
+    assert submission.graded_name(ex, new_notebook()) == "largest_batch"  # the stub's
+    assert [e.exercise_id for e in submission.notebook_exercises(
+        Path("01_x.ipynb"), nb, submission.assignment("4.2,4.1"))] == ["4.1", "4.2"]
+    with pytest.raises(ValueError, match="99"):
+        submission.assignment("99")
 
 
 def test_student_id_and_dump_parsing() -> None:
     from nbformat.v4 import new_notebook
 
     nb = new_notebook()
-    assert submission.student_id(Path("/s/alice/01_x.ipynb"), nb) == "alice/01_x.ipynb"
-    nb.metadata["dpsim"] = {"student": "a123"}
-    assert submission.student_id(Path("/s/alice/01_x.ipynb"), nb) == "a123"
-    assert submission.student_id(Path("x.ipynb"), nb, given="b7") == "b7"
+    assert submission.student_id(Path("/s/alice/01_x.ipynb")) == "alice/01_x.ipynb"
+    assert submission.student_id(Path("/s/alice/01_x.ipynb"), root=Path("/s")) == "alice"
+    assert submission.student_id(Path("/s/alice/a/b.ipynb"), root=Path("/s")) == "alice"
+    assert submission.student_id(Path("/s/bob.ipynb"), root=Path("/s")) == "s/bob.ipynb"
+    assert submission.student_id(Path("x.ipynb"), given="b7") == "b7"
+    assert submission.claimed_id(nb) is None
+    nb.metadata["dpsim"] = {"student": " a123 "}
+    assert submission.claimed_id(nb) == "a123"  # a claim, never the id
     text = ('M {"f": "AAEC", "g": {"error": "could not be pickled: X"}, "h": "!!"}\n'
             'noise\nM not json\n')
     found = collect.parse_dump(text, "M ")
@@ -367,7 +391,7 @@ def test_the_notebooks_check_and_the_grader_agree(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """For three students, the same functions through the notebook's `check()` path (the
     sandbox, `DPSIM_STUDENT`'s seed) and through `python -m dpsim grade` (the student's
-    notebook, metadata `dpsim.student`) pass and fail alike, with the same message."""
+    notebook, `--student`) pass and fail alike, with the same message."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
@@ -383,7 +407,7 @@ def test_the_notebooks_check_and_the_grader_agree(tmp_path: Path,
     for who in students:
         nb = new_notebook(cells=[new_code_cell(AGREE_CELL)], metadata={"dpsim": {"student": who}})
         nbformat.write(nb, tmp_path / f"{who}.ipynb")
-        subs.append(grade.read_submission(tmp_path / f"{who}.ipynb"))
+        subs.append(grade.read_submission(tmp_path / f"{who}.ipynb", who))
     with contextlib.redirect_stdout(io.StringIO()), \
             grade.Grader(isolate=NO_BOX is None) as g:
         graded = {s.student: g.grade(s) for s in subs}

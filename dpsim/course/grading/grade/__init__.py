@@ -18,14 +18,17 @@ before the next notebook starts, and the reports are written once, after the las
 Without bubblewrap (macOS, no namespaces) the same processes run unboxed, as this user;
 the grader then grades one student's notebooks only, unless `--no-isolation` is given.
 
-A notebook's exercises are its chapter's (file name `NN_...`) plus every
-`check("N.M", name)` in its code; each is tried under its own name and every name passed
-to check() for it, and the best result counts; every check's time counts against the
-notebook's limit. Points are all-or-nothing per exercise. The student id (whose seed picks
-the cases) is `--student`, else the notebook metadata `dpsim.student`, else the notebook's
-folder and file name (`alice/01_single_device.ipynb`); `DPSIM_GRADING_SECRET` in the
-grader's environment is mixed in and never passed on. See README "For instructors" for
-what is and is not covered.
+A notebook's exercises are the assignment's when `--exercises` names one (only those
+count; `--format gradescope` needs it), else its chapter's (file name `NN_...`) plus every
+`check("N.M", name)` in its code. Each exercise is judged on one function: the last one
+passed to check() for it, else the one its stub names. Every check's time counts against
+the notebook's limit. Points are all-or-nothing per exercise. The student id (whose seed
+picks the cases) is `--student`, else the folder holding the notebook below the batch's
+common folder (`submissions/alice/*.ipynb` are alice's: one row), else, for a notebook in
+that folder itself, its folder and file name (`submissions/alice.ipynb`); the notebook
+metadata `dpsim.student` is the learner's claim and never trusted. A symbolic link is
+refused, never followed. `DPSIM_GRADING_SECRET` in the grader's environment is mixed in and
+never passed on. See README "For instructors" for what is and is not covered.
 
 The parts, one concept each: `submission` (a notebook read: whose it is, which exercises it
 answers by what names), `collect` (its cells run in a kernel, its functions dumped),

@@ -4,7 +4,9 @@ and the exit code.
 
 Without bubblewrap (macOS, no namespaces) the notebooks run unboxed, as this user, so the
 grader then grades one student's notebooks only, unless `--no-isolation` is given; a
-Gradescope run (`--format gradescope`) grades one student's submission.
+Gradescope run (`--format gradescope`) grades one student's submission against the
+assignment it names (`--exercises`). Every name printed is on one line
+(`results.one_line`): a folder name can neither crash the log nor forge a line in it.
 """
 
 from __future__ import annotations
@@ -15,17 +17,27 @@ from pathlib import Path
 from dpsim.course.grading import box, results
 from dpsim.course.grading.grade.batch import grade_all
 from dpsim.course.grading.grade.report import print_notes, print_table
-from dpsim.course.grading.grade.submission import Submission, read_submission
+from dpsim.course.grading.grade.submission import (
+    Submission,
+    assignment,
+    common_folder,
+    read_submission,
+)
 from dpsim.course.grading.kernel import Limits
+from dpsim.course.grading.registry import Exercise
 
 
 def _read_all(paths: list[Path], student: str | None) -> list[Submission]:
+    """Each notebook read, its student bounded by the folder holding it below the
+    notebooks' common folder (or `student`)."""
     subs = []
+    root = common_folder(paths) if paths else Path(".")
     for path in paths:
         try:
-            subs.append(read_submission(path, student))
+            subs.append(read_submission(path, student, root))
         except OSError as exc:
-            print(f"grade: {path}: cannot be read: {exc}")
+            print(f"grade: {results.one_line(str(path))}: cannot be read: "
+                  f"{results.one_line(str(exc))}")
     return subs
 
 
@@ -33,10 +45,12 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
          out_dir: str | None = None, output_format: str = "csv",
          notebook_timeout_s: float | None = None, memory_gib: float = 8.0,
          student: str | None = None, isolation: bool = True,
-         visibility: str = "visible") -> int:
+         visibility: str = "visible", exercises: str | None = None) -> int:
     """Grade each notebook; print the table; write the CSV, the feedback files and, with
-    `output_format="gradescope"`, results.json. 0 if grading ran, 1 if a notebook is
-    missing, 2 if the grader failed on some exercise or refused the batch."""
+    `output_format="gradescope"`, results.json. `exercises` names the assignment (`1`,
+    `1.3`, `1,4.2`): only those count, and every one of them (Gradescope needs it). 0 if
+    grading ran, 1 if a notebook is missing, 2 if the grader failed on some exercise or
+    refused the batch."""
     from dpsim.sim import require_choice, require_range
 
     require_choice("output_format", output_format, ["csv", "gradescope"])
@@ -45,19 +59,31 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
     require_range("memory_gib", memory_gib, 1.0, 4096.0)
     if notebook_timeout_s is not None:
         require_range("notebook_timeout_s", notebook_timeout_s, 1.0, 7 * 86400.0)
+    only: list[Exercise] | None = None
+    if exercises is not None:
+        try:
+            only = assignment(exercises)
+        except ValueError as exc:
+            print(f"grade: --exercises {results.one_line(exercises)}: {exc}")
+            return 2
+    elif output_format == "gradescope":
+        print("grade: --format gradescope needs --exercises (the assignment's exercises, "
+              "such as 1 or 1.1,1.3): a submission's file name and check() calls are the "
+              "student's, so they cannot say what the assignment counts")
+        return 2
     if output_format == "gradescope" and not out_dir:
         out_dir = "."
     limits = Limits(cell_timeout_s, notebook_timeout_s or 10 * cell_timeout_s,
                     int(memory_gib * 2**30))
     started = time.monotonic()
-    missing = [p for p in notebooks if not Path(p).is_file()]
-    for p in missing:
-        print(f"grade: {p}: no such notebook")
+    missing = [p for p in notebooks if not Path(p).is_file() and not Path(p).is_symlink()]
+    for p in missing:  # a link is not followed: read_submission refuses it
+        print(f"grade: {results.one_line(p)}: no such notebook")
     subs = _read_all([Path(p) for p in notebooks if p not in missing], student)
     who = list(dict.fromkeys(s.student for s in subs))
     if output_format == "gradescope" and len(who) > 1:
         print(f"grade: --format gradescope grades one student's submission; these notebooks "
-              f"are from {len(who)} students ({', '.join(map(results.printable, who[:5]))})")
+              f"are from {len(who)} students ({', '.join(map(results.one_line, who[:5]))})")
         return 2
     why = box.unavailable() if isolation else "--no-isolation was given"
     if why is not None:
@@ -68,7 +94,7 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
                   "instructors), or pass --no-isolation to accept that risk.")
             return 2
         print(f"grade: WARNING: no OS sandbox ({why}); the notebooks run as this user")
-    grades, crashed = grade_all(subs, limits, isolate=why is None)
+    grades, crashed = grade_all(subs, limits, isolate=why is None, only=only)
     students = results.by_student(grades)
     rows = results.score_table(students)
     if students:
@@ -87,7 +113,7 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
     if csv_path:
         problems += filter(None, [results.write_checked(Path(csv_path),
                                                         results.csv_text(rows))])
-        print(f"\nwrote {csv_path}")
+        print(f"\nwrote {results.one_line(csv_path)}")
     for problem in problems:
         print(f"grade: ERROR: {problem}")
     print(f"\ngraded {len(grades)} notebook(s) of {len(students)} student(s) in "

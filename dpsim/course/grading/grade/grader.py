@@ -5,8 +5,8 @@ Per notebook a checking sandbox (`grading.sandbox`, in its own box when isolated
 the same time as the notebook's kernel (`collect`) and runs the collected functions on each
 exercise's case inputs, built here with the student's own seed; the answers are compared
 here (`grading.core.check_blob`), so the expected values never enter a box. Each exercise is
-tried under every name it may have and the best result counts; every check's time counts
-against the notebook's limit; points are all-or-nothing per exercise.
+judged on one function (`submission.graded_name`); every check's time counts against the
+notebook's limit; points are all-or-nothing per exercise.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dpsim.course.grading.core import GraderError, check_blob
 from dpsim.course.grading.grade.collect import DUMP_CELL, parse_dump, run_boxed, run_unboxed
 from dpsim.course.grading.grade.submission import (
     Submission,
-    candidate_names,
+    graded_name,
     notebook_exercises,
 )
 from dpsim.course.grading.kernel import Limits
@@ -109,29 +109,30 @@ class Grader:
             notes.append("the grader's copy of dpsim was changed and has been restored: "
                          + ", ".join(changes[:5]) + (" ..." if len(changes) > 5 else ""))
 
-    def grade(self, sub: Submission) -> NotebookGrade:
-        """Run one notebook and grade its exercises (see the module docstring)."""
+    def grade(self, sub: Submission, only: list[Exercise] | None = None) -> NotebookGrade:
+        """Run one notebook and grade its exercises (`only`: the assignment's, and nothing
+        else; see the module docstring)."""
         started = time.monotonic()
         deadline = started + self.limits.notebook_timeout_s
-        grade = NotebookGrade(str(sub.path), student=sub.student, digest=sub.digest)
+        grade = NotebookGrade(str(sub.path), student=sub.student, digest=sub.digest,
+                              notes=list(sub.notes))
         if sub.nb is None:
-            for ex in notebook_exercises(sub.path, nbformat.v4.new_notebook()):
+            for ex in notebook_exercises(sub.path, nbformat.v4.new_notebook(), only):
                 grade.grades[ex.exercise_id] = ExerciseGrade(
                     ex.exercise_id, 0, ex.points, sub.problem, "failed", ex.title)
             grade.notes.append(sub.problem)
             return grade
         nb = sub.nb
-        exercises = notebook_exercises(sub.path, nb)
+        exercises = notebook_exercises(sub.path, nb, only)
         if not exercises:
             grade.notes.append("no exercises found (no NN_ chapter prefix, "
                                "no check(\"N.M\", ...))")
             return grade
-        plan = {ex.exercise_id: candidate_names(ex, nb) for ex in exercises}
+        plan = {ex.exercise_id: graded_name(ex, nb) for ex in exercises}
         sandbox = self._sandbox()
         sandbox.start()  # imports torch while the notebook runs
         try:
-            found = self.collect(nb, sorted({n for ns in plan.values() for n in ns}),
-                                 grade.notes)
+            found = self.collect(nb, sorted(set(plan.values())), grade.notes)
             seed = student_seed(sub.student, self.secret)
             for ex in exercises:
                 grade.grades[ex.exercise_id] = self._grade_one(
@@ -141,42 +142,33 @@ class Grader:
         grade.seconds = time.monotonic() - started
         return grade
 
-    def _grade_one(self, ex: Exercise, names: list[str], found: dict[str, bytes | str],
+    def _grade_one(self, ex: Exercise, name: str, found: dict[str, bytes | str],
                    seed: int, notes: list[str], sandbox: Sandbox, deadline: float
                    ) -> ExerciseGrade:
-        best: ExerciseGrade | None = None
-        for name in names:
-            blob = found.get(name)
-            if not isinstance(blob, bytes):
-                continue
-            left = deadline - time.monotonic()
-            if left < 1.0:
-                return best or ExerciseGrade(
-                    ex.exercise_id, 0, ex.points,
-                    f"not checked: the notebook's time limit "
-                    f"({self.limits.notebook_timeout_s:g} s, its cells and checks together) "
-                    "ran out before this check", "failed", ex.title)
-            if not self.isolate:
-                self._restore(notes)
-            try:
-                result = check_blob(ex.exercise_id, blob, sandbox, seed,
-                                    min(self.check_timeout_s, left))
-            except GraderError as exc:
-                return ExerciseGrade(ex.exercise_id, 0, ex.points, str(exc), "error", ex.title)
-            except Exception as exc:  # the comparison met something it did not expect
-                return ExerciseGrade(ex.exercise_id, 0, ex.points,
-                                     f"the grader failed judging this answer: "
-                                     f"{type(exc).__name__}: {str(exc)[:300]}", "error",
-                                     ex.title)
-            eg = ExerciseGrade(ex.exercise_id, ex.points if result.ok else 0, ex.points,
-                               None if result.ok else result.message,
-                               "passed" if result.ok else "failed", ex.title)
-            if result.ok:
-                return eg
-            best = best or eg
-        if best is not None:
-            return best
-        why = next((f"`{n}` {problem}" for n in names  # why a function could not be sent
-                    if isinstance(problem := found.get(n), str)),
-                   f"`{ex.function}` is not defined in the notebook")
-        return ExerciseGrade(ex.exercise_id, 0, ex.points, why, "failed", ex.title)
+        blob = found.get(name)
+        if not isinstance(blob, bytes):  # why the function could not be sent
+            why = (f"`{name}` {blob}" if isinstance(blob, str)
+                   else f"`{name}` is not defined in the notebook")
+            return ExerciseGrade(ex.exercise_id, 0, ex.points, why, "failed", ex.title)
+        left = deadline - time.monotonic()
+        if left < 1.0:
+            return ExerciseGrade(
+                ex.exercise_id, 0, ex.points,
+                f"not checked: the notebook's time limit "
+                f"({self.limits.notebook_timeout_s:g} s, its cells and checks together) "
+                "ran out before this check", "failed", ex.title)
+        if not self.isolate:
+            self._restore(notes)
+        try:
+            result = check_blob(ex.exercise_id, blob, sandbox, seed,
+                                min(self.check_timeout_s, left))
+        except GraderError as exc:
+            return ExerciseGrade(ex.exercise_id, 0, ex.points, str(exc), "error", ex.title)
+        except Exception as exc:  # the comparison met something it did not expect
+            return ExerciseGrade(ex.exercise_id, 0, ex.points,
+                                 f"the grader failed judging this answer: "
+                                 f"{type(exc).__name__}: {str(exc)[:300]}", "error",
+                                 ex.title)
+        return ExerciseGrade(ex.exercise_id, ex.points if result.ok else 0, ex.points,
+                             None if result.ok else result.message,
+                             "passed" if result.ok else "failed", ex.title)

@@ -1,8 +1,9 @@
 """What the grader prints for the instructor: the score table, then each student's notes and
 the message of every exercise not passed.
 
-Learner-made text (a student id, a note, a failure message) is printed stripped of control
-characters and behind `  | ` on every line, so that nothing a notebook makes the grader print
+Learner-made text (a note, a failure message) is printed stripped of control characters
+and behind `  | ` on every line, a name (a student id, a path) on one line with its control
+characters escaped, so that nothing a notebook makes the grader print
 can pass for the grader's own lines. The files written (CSV, feedback, results.json) are
 `grading.results`'s.
 """
@@ -29,7 +30,7 @@ def quoted(text: str) -> str:
 def print_notes(students: list[results.StudentGrade]) -> None:
     """Each student's notes and the message of every exercise that lost points."""
     for s in students:
-        who = results.printable(s.student)
+        who = results.one_line(s.student)
         for note in s.notes:
             print(f"\n{who}: note\n{quoted(note)}")
         for eg in s.grades.values():
