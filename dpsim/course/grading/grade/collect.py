@@ -98,21 +98,28 @@ def run_unboxed(cells: list[str], dump: str, token: str, notes: list[str],
 
 
 def run_boxed(cells: list[str], dump: str, token: str, notes: list[str], root: Path,
-              env: dict[str, str], limits: Limits, box_limits: box.BoxLimits) -> str:
+              env: dict[str, str], limits: Limits, box_limits: box.BoxLimits,
+              deadline: float | None = None) -> str:
     """Run the cells and the dump cell in an OS box seeing the verified copy at `root` and
-    only `env`; what the kernel printed (its notes added to `notes`)."""
+    only `env`; what the kernel printed (its notes added to `notes`).
+
+    The box is killed whole at `deadline` (monotonic seconds; the notebook's limit, counted
+    from when the grader started it), measured here in wall time, so nothing the notebook
+    does to its own processes (stopping the job that drives its kernel, say) makes the
+    grader wait longer. Without `deadline`: its limit plus START_ALLOWANCE_S from now."""
     env = {**env, "PYTHONPATH": box.BOX_LIB, "DPSIM_CHECK_SANDBOX": "0",
            processes.TOKEN_VARIABLE: token}
     request = json.dumps({"cells": cells, "prelude": PRELUDE_CELL, "dump": dump,
                           "env": env, "limits": asdict(limits)}).encode()
     argv = [sys.executable, "-I", "-B", "-c", _JOB_BOOT.format(lib=box.BOX_LIB)]
-    allowed_s = limits.notebook_timeout_s + START_ALLOWANCE_S
+    if deadline is None:
+        deadline = time.monotonic() + limits.notebook_timeout_s + START_ALLOWANCE_S
     proc = subprocess.Popen(box.command(argv, root, env, box_limits),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
                             start_new_session=True, preexec_fn=box.rlimits(box_limits))
     try:
-        out, ended = _exchange(proc, request, time.monotonic() + allowed_s, MAX_JOB_BYTES)
+        out, ended = _exchange(proc, request, deadline, MAX_JOB_BYTES)
     finally:
         processes.kill_all(proc.pid, token)
         proc.wait()
@@ -149,7 +156,8 @@ def _exchange(proc: subprocess.Popen[bytes], request: bytes, deadline: float, ca
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return b"".join(chunks), "the notebook's run was stopped at its time limit"
+            return b"".join(chunks), ("the notebook's run was stopped at its time limit "
+                                      "(its whole box was killed)")
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue

@@ -87,17 +87,17 @@ class Grader:
         return Sandbox(lib=Path(box.BOX_LIB), memory_bytes=self.limits.memory_bytes,
                        env=self._box_env(), wrap=wrap, preexec=box.rlimits(limits))
 
-    def collect(self, nb: nbformat.NotebookNode, names: list[str], notes: list[str]
-                ) -> dict[str, bytes | str]:
+    def collect(self, nb: nbformat.NotebookNode, names: list[str], notes: list[str],
+                deadline: float | None = None) -> dict[str, bytes | str]:
         """Run the notebook in its own kernel (in its own box when isolated); the functions
-        it defined."""
+        it defined. A box still running at `deadline` (monotonic seconds) is killed whole."""
         marker = f"__dpsim_functions_{secrets.token_hex(8)}__ "
         cells = [c.source for c in nb.cells if c.cell_type == "code"]
         dump = DUMP_CELL.format(names=names, marker=marker)
         token = secrets.token_hex(12)
         if self.isolate:
             text = run_boxed(cells, dump, token, notes, self.copy.root, self._box_env(),
-                             self.limits, self.box_limits)
+                             self.limits, self.box_limits, deadline)
         else:
             text = run_unboxed(cells, dump, token, notes, self.copy.manifest, self.env,
                                self.limits)
@@ -132,7 +132,7 @@ class Grader:
         sandbox = self._sandbox()
         sandbox.start()  # imports torch while the notebook runs
         try:
-            found = self.collect(nb, sorted(set(plan.values())), grade.notes)
+            found = self.collect(nb, sorted(set(plan.values())), grade.notes, deadline)
             seed = student_seed(sub.student, self.secret)
             for ex in exercises:
                 grade.grades[ex.exercise_id] = self._grade_one(

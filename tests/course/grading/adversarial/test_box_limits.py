@@ -1,0 +1,45 @@
+"""The box's limits hold whatever the notebook does: a notebook that stops the job driving
+its kernel costs at most its time limit (in wall time), the box refuses user namespaces,
+and its memory and processes are counted for the box as a whole."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dpsim.course.grading import box, grade
+
+NO_BOX = box.unavailable()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    NO_BOX is not None and not os.environ.get("DPSIM_REQUIRE_SANDBOX"),
+    reason=f"the OS sandbox is not available here: {NO_BOX}")]
+SOLUTION = Path(__file__).parents[4] / "solutions" / "01_single_device.ipynb"
+STOP_CELL = "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"
+
+
+def test_a_stopped_job_costs_at_most_its_limit(tmp_path: Path) -> None:
+    """The cell stops the process that drives its kernel (SIGSTOP to its parent): the
+    grader kills the box at the notebook's limit, measured in wall time, and goes on."""
+    nb = nbformat.read(SOLUTION, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(STOP_CELL))
+    folder = tmp_path / "mallory"
+    folder.mkdir()
+    path = folder / "01_single_device.ipynb"
+    nbformat.write(nb, path)
+    limit_s = 20.0
+    out = io.StringIO()
+    started = time.monotonic()
+    with contextlib.redirect_stdout(out):
+        grade.main([str(path)], cell_timeout_s=10.0, notebook_timeout_s=limit_s,
+                   out_dir=str(tmp_path / "out"))
+    took = time.monotonic() - started
+    print(f"a stopped job cost {took:.1f} s against a {limit_s:g} s limit")
+    assert "stopped at its time limit" in out.getvalue(), out.getvalue()
+    # the limit, plus the checking box's start and close and the reports (a few seconds)
+    assert took < limit_s + 15.0, (took, out.getvalue())
