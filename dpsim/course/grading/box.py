@@ -15,7 +15,13 @@
   `/proc` of the box's own processes. Other submissions, the output folder, the grader's
   files and environment (the grading secret) are not there;
 - rlimits set before the box starts and inherited by everything in it: address space
-  per process, number of processes of uid 65534, CPU seconds per process, file size.
+  per process, number of processes of uid 65534, CPU seconds per process, file size;
+- no new user namespaces (`unshare -Ur` fails): bwrap's `--disable-userns` (bubblewrap 0.8
+  or later), which needs a user namespace of the box's own. As another user the box has
+  one; as root the box's uid must stay the real uid 65534 (so the process limit counts it),
+  so a second bwrap, started as uid 65534 after `setpriv`, makes one mapping 65534 to
+  itself and disables further ones. `hardening()` says which of these is in force, and why
+  not where the host's bubblewrap cannot.
 
 Why bubblewrap: one small, well-kept program (Flatpak's sandbox; Debian package
 `bubblewrap`) builds all of the above in one command, from a list of mounts, with no
@@ -64,6 +70,60 @@ def _setpriv() -> str | None:
 
 
 @functools.cache
+def _bwrap_options() -> str:
+    try:
+        return subprocess.run([_bwrap() or "bwrap", "--help"], capture_output=True,
+                              timeout=30).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _bwrap_version() -> str:
+    try:
+        return subprocess.run([_bwrap() or "bwrap", "--version"], capture_output=True,
+                              timeout=30).stdout.decode(errors="replace").strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "an unknown version"
+
+
+def _inner_userns_guard() -> list[str]:
+    """As root: the second bwrap that gives the box a user namespace and disables more."""
+    return [_bwrap() or "bwrap", "--unshare-user", "--uid", str(BOX_UID), "--gid",
+            str(BOX_UID), "--disable-userns", "--dev-bind", "/", "/", "--"]
+
+
+@functools.cache
+def _userns_guard() -> tuple[bool, str]:
+    """(whether the box disables user namespaces, a line saying so or why not)."""
+    if "--disable-userns" not in _bwrap_options():
+        return False, (f"user namespaces NOT disabled in the box: this bubblewrap "
+                       f"({_bwrap_version()}) has no --disable-userns (it came in 0.8)")
+    if os.geteuid() != 0:
+        return True, "user namespaces disabled in the box (bwrap --disable-userns)"
+    probe = command(["/bin/sh", "-c", "test $(id -u) = 65534"], None, {}, BoxLimits(),
+                    userns_guard=True)
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=30,
+                              preexec_fn=rlimits(BoxLimits()))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"user namespaces NOT disabled in the box: {exc}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
+        return False, ("user namespaces NOT disabled in the box: the box's own user "
+                       f"namespace could not be made ({why[:200]})")
+    return True, ("user namespaces disabled in the box (a second bwrap as uid 65534: "
+                  "--unshare-user --disable-userns)")
+
+
+def hardening() -> list[str]:
+    """Lines saying which of the box's defences beyond its namespaces are in force."""
+    return [_userns_guard()[1],
+            "no seccomp filter (bubblewrap takes one only as compiled BPF, per "
+            "architecture; user namespaces, the main kernel surface it would close, are "
+            "handled above)"]
+
+
+@functools.cache
 def unavailable() -> str | None:
     """Why a box cannot be made on this machine, or None when it can (tried once)."""
     if not sys.platform.startswith("linux"):
@@ -74,7 +134,7 @@ def unavailable() -> str | None:
         return "setpriv (util-linux) is not installed"
     try:
         done = subprocess.run(command(["/bin/sh", "-c", "test $(id -u) = 65534"], None, {},
-                                      BoxLimits()),
+                                      BoxLimits(), userns_guard=False),
                               capture_output=True, timeout=30, preexec_fn=rlimits(BoxLimits()))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start: {exc}"
@@ -111,9 +171,12 @@ def _support_dir() -> Path:
 
 
 def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
-            limits: BoxLimits) -> list[str]:
+            limits: BoxLimits, userns_guard: bool | None = None) -> list[str]:
     """`argv` wrapped in a new box; `lib` (a dpsim copy's parent folder) appears at BOX_LIB;
-    `env` is the whole environment inside."""
+    `env` is the whole environment inside. `userns_guard`: whether user namespaces are
+    disabled inside (None: where this bubblewrap can, see `hardening`)."""
+    if userns_guard is None:
+        userns_guard = _userns_guard()[0]
     bwrap = _bwrap() or "bwrap"
     args = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "dpsim-box", "--die-with-parent",
@@ -122,8 +185,9 @@ def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
     if root:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        args += ["--unshare-user", "--uid", str(BOX_UID), "--gid", str(BOX_UID),
-                 "--disable-userns"]
+        args += ["--unshare-user", "--uid", str(BOX_UID), "--gid", str(BOX_UID)]
+        if userns_guard:
+            args += ["--disable-userns"]
     # the empty file systems first: a bind below (a virtual environment under /tmp, say)
     # lands on top of them instead of being hidden by them
     size = str(limits.disk_bytes)
@@ -156,6 +220,8 @@ def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
     if root:
         args += [_setpriv() or "setpriv", f"--reuid={BOX_UID}", f"--regid={BOX_UID}",
                  "--clear-groups", "--no-new-privs", "--"]
+        if userns_guard:
+            args += _inner_userns_guard()
     return [*args, *argv]
 
 

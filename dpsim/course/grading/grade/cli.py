@@ -94,6 +94,9 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
                   "instructors), or pass --no-isolation to accept that risk.")
             return 2
         print(f"grade: WARNING: no OS sandbox ({why}); the notebooks run as this user")
+    else:
+        for line in box.hardening():
+            print(f"grade: box: {line}")
     grades, crashed = grade_all(subs, limits, isolate=why is None, only=only)
     students = results.by_student(grades)
     rows = results.score_table(students)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -43,3 +44,21 @@ def test_a_stopped_job_costs_at_most_its_limit(tmp_path: Path) -> None:
     assert "stopped at its time limit" in out.getvalue(), out.getvalue()
     # the limit, plus the checking box's start and close and the reports (a few seconds)
     assert took < limit_s + 15.0, (took, out.getvalue())
+
+
+def _in_box(tmp_path: Path, script: str, limits: box.BoxLimits | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    argv = box.command(["/bin/sh", "-c", script], None, {}, limits or box.BoxLimits())
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          preexec_fn=box.rlimits(limits or box.BoxLimits()))
+
+
+def test_a_box_refuses_user_namespaces(tmp_path: Path) -> None:
+    """`unshare -Ur` (uid 0 in a namespace of its own) fails in the box, as the grader's
+    header says; a bubblewrap without --disable-userns is named as the reason."""
+    guarded = "user namespaces disabled" in box.hardening()[0]
+    if not guarded:
+        pytest.skip(box.hardening()[0])
+    done = _in_box(tmp_path, "id -u; unshare -Ur id -u")
+    assert done.stdout.split() == ["65534"], (done.stdout, done.stderr)
+    assert done.returncode != 0, done.stdout
