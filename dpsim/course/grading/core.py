@@ -49,7 +49,11 @@ class CheckResult:
         return self.message is None and self.passed == self.total
 
 
-CHECK_TIMEOUT_S = 120.0  # one exercise's cases in the sandbox
+RANKS_TIMEOUT_S = 180.0  # one launch of a learner's ranks (`ranks.run_specs`), seconds
+REPORT_ROOM_S = 30.0  # after that launch's limit: stopping its ranks, reading their stacks
+# One exercise's cases in the sandbox: longer than a launch's limit, so that a hung launch
+# is stopped by `launch` itself, which says where each rank was, before the check is killed.
+CHECK_TIMEOUT_S = RANKS_TIMEOUT_S + REPORT_ROOM_S
 TODO = ("Exercise {id} is not done yet: replace the `raise NotImplementedError` line in "
         "`{function}` with your code, then run this cell again.")
 

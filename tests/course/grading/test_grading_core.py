@@ -274,3 +274,12 @@ def test_float32_sums_get_a_tolerance_that_grows_with_terms() -> None:
     assert summed_rel_tol(60) > summed_rel_tol(1)
     assert same(1.0 * (1 + 2e-7), 1.0)  # a float32 rounding away: not a wrong answer
     assert not same(1.0 * (1 + 1e-4), 1.0, summed_rel_tol(60))
+
+
+def test_a_hung_launch_reports_before_the_check_is_stopped() -> None:
+    """The ranks' launch limit ends, with room for launch's own report (where each rank
+    was), before the check's limit: before, 180 s against 120 s, the check was killed first."""
+    from dpsim.course.grading import core, ranks
+
+    assert ranks.TIMEOUT_S + 20 <= core.CHECK_TIMEOUT_S
+    assert core.CHECK_TIMEOUT_S - ranks.TIMEOUT_S == core.REPORT_ROOM_S
