@@ -60,6 +60,22 @@ class BoxLimits:
     disk_bytes: int = 2**30  # size of each tmpfs (working folder, /tmp, /dev/shm)
     cpu_s: int = 3600  # CPU time of each process (RLIMIT_CPU)
 
+    @property
+    def tmpfs_bytes(self) -> int:
+        """Size of each of the three tmpfs: `disk_bytes`, but the three together at most half
+        of `memory_bytes` (a tmpfs is held in memory, so it counts in the memory budget)."""
+        return max(2**20, min(self.disk_bytes, self.memory_bytes // 6))
+
+    def describe(self) -> str:
+        """The memory and process limits in force, and what they do not bound."""
+        return (f"limits per process, not per box (no cgroup is made): address space "
+                f"{self.memory_bytes / 2**30:g} GiB each (RLIMIT_AS), at most "
+                f"{self.processes} processes of uid {BOX_UID} (RLIMIT_NPROC"
+                + (", counted over every process of that uid on this machine"
+                   if os.geteuid() == 0 else "") +
+                f"), three tmpfs of {self.tmpfs_bytes / 2**20:g} MiB each (at most half "
+                "the memory limit together)")
+
 
 def _bwrap() -> str | None:
     return shutil.which("bwrap")
@@ -190,7 +206,7 @@ def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
             args += ["--disable-userns"]
     # the empty file systems first: a bind below (a virtual environment under /tmp, say)
     # lands on top of them instead of being hidden by them
-    size = str(limits.disk_bytes)
+    size = str(limits.tmpfs_bytes)
     args += ["--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", size, "--tmpfs", "/tmp",
              "--perms", "1777", "--size", size, "--tmpfs", "/dev/shm",

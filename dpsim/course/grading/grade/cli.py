@@ -95,7 +95,8 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
             return 2
         print(f"grade: WARNING: no OS sandbox ({why}); the notebooks run as this user")
     else:
-        for line in box.hardening():
+        box_limits = box.BoxLimits(memory_bytes=limits.memory_bytes)
+        for line in [box_limits.describe(), *box.hardening()]:
             print(f"grade: box: {line}")
     grades, crashed = grade_all(subs, limits, isolate=why is None, only=only)
     students = results.by_student(grades)

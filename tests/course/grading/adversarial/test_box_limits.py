@@ -62,3 +62,16 @@ def test_a_box_refuses_user_namespaces(tmp_path: Path) -> None:
     done = _in_box(tmp_path, "id -u; unshare -Ur id -u")
     assert done.stdout.split() == ["65534"], (done.stdout, done.stderr)
     assert done.returncode != 0, done.stdout
+
+
+def test_a_boxs_tmpfs_counts_in_its_memory_budget(tmp_path: Path) -> None:
+    """With a 2 GiB memory limit the three tmpfs together hold at most 1 GiB (they were
+    1 GiB each), and the limits in force are said in words."""
+    limits = box.BoxLimits(memory_bytes=2 * 2**30)
+    assert 3 * limits.tmpfs_bytes <= 2**30
+    done = _in_box(tmp_path, "for d in /tmp /dev/shm /home/learner; do "
+                   "dd if=/dev/zero of=$d/fill bs=1M count=1024 2>/dev/null; done; "
+                   "du -sm /tmp/fill /dev/shm/fill /home/learner/fill", limits)
+    held = sum(int(line.split()[0]) for line in done.stdout.splitlines())
+    assert 0 < held <= 1024 + 3, (done.stdout, done.stderr)
+    assert "per process, not per box" in limits.describe()
