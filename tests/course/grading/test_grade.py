@@ -14,7 +14,11 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -32,13 +36,43 @@ needs_box = pytest.mark.skipif(
     reason=f"the OS sandbox is not available here: {NO_BOX}")
 
 
-def _uid_processes(uid: int) -> list[int]:
-    found = []
+def _processes() -> dict[int, tuple[int, int, int]]:
+    """pid -> (uid, parent pid, start time in clock ticks since boot) of every process."""
+    table = {}
     for entry in os.listdir("/proc"):
-        with contextlib.suppress(OSError):
-            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
-                found.append(int(entry))
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            uid = os.stat(f"/proc/{entry}").st_uid
+            fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            table[int(entry)] = (uid, int(fields[1]), int(fields[19]))
+    return table
+
+
+def _started_here(uid: int, before: Collection[tuple[int, int]] = ()) -> list[int]:
+    """Processes of `uid` that descend from this test process and are not in `before`
+    ((pid, start time) pairs taken earlier): what this test started, not another grader's
+    boxes nor a daemon running as the same uid. A box cannot leave its descent from the
+    grader: every process of a box lives in that box's pid namespace, whose first process
+    (a child of the grader's bwrap, killed with it: --die-with-parent) outlives them all."""
+    table = _processes()
+    me = os.getpid()
+    found = []
+    for pid, (owner, _, start) in table.items():
+        if owner != uid or (pid, start) in before:
+            continue
+        seen, up = set(), pid
+        while up in table and up not in seen and up > 1:
+            seen.add(up)
+            up = table[up][1]
+            if up == me:
+                found.append(pid)
+                break
     return found
+
+
+def _snapshot(uid: int) -> set[tuple[int, int]]:
+    return {(pid, start) for pid, (owner, _, start) in _processes().items() if owner == uid}
 
 
 def _with_marker(marker: str) -> list[int]:
@@ -69,6 +103,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
                                   classmate=bob, grader_pid=os.getpid(), installed=installed)
     bob_digest = hashlib.sha256(bob.read_bytes()).hexdigest()
     out = io.StringIO()
+    before = _snapshot(box.BOX_UID)  # what ran as the box's uid before this batch
     os.environ[grade.SECRET_VARIABLE] = "test-secret"
     cwd = Path.cwd()
     os.chdir(folder / "grader_cwd")
@@ -86,7 +121,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     time.sleep(1.0)  # anything left behind would rewrite the results now
     rows = {r["student"].split("/")[0]: r for r in csv.DictReader(io.StringIO(csv_text))}
     facts = {"rc": rc, "csv_text": csv_text, "folder": folder, "bob": bob,
-             "bob_digest": bob_digest, "installed_changed": changed}
+             "bob_digest": bob_digest, "installed_changed": changed, "before": before}
     return rows, out.getvalue(), out_dir, facts
 
 
@@ -150,8 +185,61 @@ def test_results_are_the_graders_alone(graded: Graded) -> None:
         assert not list((folder / where).glob("*.py")), where
     assert facts["installed_changed"] == []
     assert _with_marker(batch_attacks.MARKER) == []
-    assert _uid_processes(box.BOX_UID) == []
+    # this batch's own boxes only: another grader's, or a daemon running as nobody, is not
+    # this test's to judge (test_survivors_are_told_apart shows what this sees)
+    before = facts["before"]
+    assert isinstance(before, set)
+    assert _started_here(box.BOX_UID, before) == []
     assert "source changed" not in out
+
+
+@needs_box
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="starts a process of uid 65534 outside a box (root, setpriv)")
+def test_survivors_are_told_apart() -> None:
+    """A box of this test that outlives it is seen; a process of the same uid that this test
+    did not start (another grader's, a daemon's), or that ran before, is not."""
+    uid = box.BOX_UID
+    earlier = subprocess.Popen(box.command(["sleep", "60"], None, {}, box.BoxLimits()))
+    try:
+        time.sleep(0.5)
+        before = _snapshot(uid)
+        assert _started_here(uid, before) == []
+        ours = subprocess.Popen(box.command(["sleep", "60"], None, {}, box.BoxLimits()))
+        # not this test's: started in a session of its own whose starter exits at once, so
+        # its parent is init (or whichever subreaper is above this process)
+        marker = f"dpsim-not-this-tests-{os.getpid()}-{time.monotonic_ns()}"
+        subprocess.run(["setsid", "-f", "setpriv", f"--reuid={uid}", f"--regid={uid}",
+                        "--clear-groups", sys.executable, "-c", "import time; time.sleep(60)",
+                        marker], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30, check=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _with_marker(marker):
+            time.sleep(0.1)
+        outsider = _with_marker(marker)[0]
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not _started_here(uid, before):
+                time.sleep(0.1)
+            seen = _started_here(uid, before)
+            assert seen, "a surviving box of this test must be seen"
+            assert outsider in _processes()
+            assert outsider not in seen
+            assert outsider not in _started_here(uid)  # nor by the plain uid, once outside
+            assert not {pid for pid, start in before} & set(seen)  # the earlier box: not
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(outsider, 9)
+            ours.kill()
+            ours.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _started_here(uid, before):
+            time.sleep(0.1)
+        assert _started_here(uid, before) == []
+    finally:
+        earlier.kill()
+        earlier.wait(10)
 
 
 @needs_box
