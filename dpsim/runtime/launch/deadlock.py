@@ -1,13 +1,21 @@
 """Noticing, within seconds, that the unfinished ranks all wait for one another.
 
-A rank blocked in `dist.recv`, a request's `.wait()` or a collective uses no CPU. Every
-`PERIOD_S` the launcher reads the CPU time of each unfinished rank (Linux: /proc/<pid>/stat);
-when none of them used more than `IDLE_CPU_S` over the last `QUIET_S` seconds, it asks them
-for their Python stacks (SIGUSR1 -> faulthandler, as on a timeout) and, when every one is
-waiting in torch.distributed (`waiting_in`), calls it a deadlock: no rank can send what
-another waits for. A rank that computes uses CPU, and one that sleeps or reads a file is not
-waiting in torch.distributed: neither is ever called deadlocked; the launch's timeout still
-applies to them. Elsewhere than Linux nothing is watched (the timeout alone applies).
+A rank blocked in `dist.recv`, a request's `.wait()` or a collective uses no CPU and its
+threads sleep. Every `PERIOD_S` the launcher reads, for each unfinished rank (Linux:
+/proc/<pid>/stat and /proc/<pid>/task/*/stat), its CPU time and which of its threads are
+running, ready to run or in uninterruptible sleep. When over the last `QUIET_S` seconds
+none of them used more than `IDLE_CPU_S`, none has such a thread now and none had the same
+thread so in two samples in a row (a thread that wakes briefly, as the one watching the
+launcher does every second, may be caught once, most often on a busy machine), it asks
+them for their Python stacks (SIGUSR1 -> faulthandler, as on a timeout) and, when every
+one is waiting in torch.distributed (`waiting_in`), calls it a deadlock: no rank can send
+what another waits for. A rank that computes uses CPU or, on a machine so busy that it
+barely gets any, stays ready to run; one that sleeps or reads a file is not waiting in
+torch.distributed: neither is ever called deadlocked; the launch's timeout still applies
+to them. Judging by the threads' own state, not by CPU time over wall time alone, keeps
+the window short and the same on a loaded machine: a blocked rank sleeps however busy the
+machine is, and a starved one is ready to run. Elsewhere than Linux nothing is watched
+(the timeout alone applies).
 
 The report (`describe`) says for each rank what it waits in, the line of the learner's code,
 and the peer when the line names it by a plain number or an expression of `rank` and
@@ -18,6 +26,7 @@ itself: ...)".
 from __future__ import annotations
 
 import ast
+import itertools
 import linecache
 import os
 import re
@@ -27,8 +36,8 @@ from dataclasses import dataclass, field
 
 from dpsim.runtime.launch.states import Frame, main_frames
 
-PERIOD_S = 0.5  # how often the CPU times are read, seconds
-QUIET_S = 3.0  # how long every unfinished rank must be idle before its stack is read, seconds
+PERIOD_S = 0.5  # how often the CPU times and thread states are read, seconds
+QUIET_S = 1.0  # how long every unfinished rank must be idle before its stack is read, seconds
 IDLE_CPU_S = 0.05  # CPU time a rank may use within QUIET_S and still count as idle, seconds
 _WAIT_CALL = re.compile(r"\bwait\s*\(")
 _NEAR = 3  # innermost frames looked at: wrappers (a check's counting ones) may sit above
@@ -47,6 +56,25 @@ def cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (IndexError, ValueError, OSError):
         return None
+
+
+def runnable_threads(pid: int) -> set[int] | None:
+    """Threads of process `pid` running or ready to run (R) or in uninterruptible sleep (D):
+    while one is, the process is not blocked waiting for another; None if unknown."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    found = set()
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that just ended
+        if state in (b"R", b"D"):
+            found.add(int(task))
+    return found
 
 
 @dataclass(frozen=True)
@@ -202,7 +230,8 @@ class Watch:
     read_stacks: Callable[[list[int]], dict[int, str]]
     all_joined: Callable[[], bool]
     quiet_s: float = QUIET_S
-    _samples: list[tuple[float, dict[int, float]]] = field(default_factory=list)
+    # (when, rank -> CPU seconds, threads found runnable (thread ids))
+    _samples: list[tuple[float, dict[int, float], set[int]]] = field(default_factory=list)
     _next_s: float = 0.0
     _checked_at: float = -1e18
     dumps: dict[int, str] = field(default_factory=dict)
@@ -216,14 +245,17 @@ class Watch:
             return None
         self._next_s = now + PERIOD_S
         cpu = {}
+        runs = set()
         for rank in pending:
             pid = self.pids[rank]
             seconds = cpu_seconds(pid) if pid is not None else None
-            if seconds is None:
+            running = runnable_threads(pid) if pid is not None else None
+            if seconds is None or running is None:
                 self.enabled = False  # no /proc: the timeout alone applies
                 return None
             cpu[rank] = seconds
-        self._samples.append((now, cpu))
+            runs |= running
+        self._samples.append((now, cpu, runs))
         old = [s for s in self._samples if now - s[0] >= self.quiet_s]
         self._samples = [s for s in self._samples if now - s[0] < self.quiet_s + PERIOD_S]
         if not old or now - self._checked_at < self.quiet_s:
@@ -231,6 +263,11 @@ class Watch:
         then = old[-1][1]
         if any(rank not in then or cpu[rank] - then[rank] > IDLE_CPU_S for rank in pending):
             return None
+        if runs:
+            return None  # a thread of a rank is ready to run: maybe starved of CPU, not blocked
+        window = [s for s in self._samples if s[0] >= old[-1][0]]
+        if any(a[2] & b[2] for a, b in itertools.pairwise(window)):
+            return None  # a thread stayed ready to run: a rank starved of CPU, not blocked
         if not self.all_joined():
             return None
         self._checked_at = now
