@@ -41,6 +41,31 @@ def _read_all(paths: list[Path], student: str | None) -> list[Submission]:
     return subs
 
 
+def _assignment(exercises: str | None,
+                output_format: str) -> tuple[list[Exercise] | None, str | None]:
+    """(the exercises that count, None for all; why the batch is refused, None if it is not)."""
+    if exercises is not None:
+        try:
+            return assignment(exercises), None
+        except ValueError as exc:
+            return None, f"--exercises {results.one_line(exercises)}: {exc}"
+    if output_format == "gradescope":
+        return None, ("--format gradescope needs --exercises (the assignment's exercises, "
+                      "such as 1 or 1.1,1.3): a submission's file name and check() calls are "
+                      "the student's, so they cannot say what the assignment counts")
+    return None, None
+
+
+def _print_box(why: str | None, limits: Limits) -> None:
+    """Say which sandbox and limits are in force (`why`: why there is no sandbox)."""
+    if why is not None:
+        print(f"grade: WARNING: no OS sandbox ({why}); the notebooks run as this user")
+        return
+    box_limits = box.BoxLimits(memory_bytes=limits.memory_bytes)
+    for line in [box_limits.describe(), *box.hardening()]:
+        print(f"grade: box: {line}")
+
+
 def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: float = 60.0,
          out_dir: str | None = None, output_format: str = "csv",
          notebook_timeout_s: float | None = None, memory_gib: float = 8.0,
@@ -59,17 +84,9 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
     require_range("memory_gib", memory_gib, 1.0, 4096.0)
     if notebook_timeout_s is not None:
         require_range("notebook_timeout_s", notebook_timeout_s, 1.0, 7 * 86400.0)
-    only: list[Exercise] | None = None
-    if exercises is not None:
-        try:
-            only = assignment(exercises)
-        except ValueError as exc:
-            print(f"grade: --exercises {results.one_line(exercises)}: {exc}")
-            return 2
-    elif output_format == "gradescope":
-        print("grade: --format gradescope needs --exercises (the assignment's exercises, "
-              "such as 1 or 1.1,1.3): a submission's file name and check() calls are the "
-              "student's, so they cannot say what the assignment counts")
+    only, refused = _assignment(exercises, output_format)
+    if refused:
+        print(f"grade: {refused}")
         return 2
     if output_format == "gradescope" and not out_dir:
         out_dir = "."
@@ -86,18 +103,13 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
               f"are from {len(who)} students ({', '.join(map(results.one_line, who[:5]))})")
         return 2
     why = box.unavailable() if isolation else "--no-isolation was given"
-    if why is not None:
-        if isolation and len(who) > 1:
-            print(f"grade: refusing to grade {len(who)} students' notebooks in one batch "
-                  f"without the OS sandbox ({why}): one notebook could change another's "
-                  "grade. Grade each student in a container of its own (README, For "
-                  "instructors), or pass --no-isolation to accept that risk.")
-            return 2
-        print(f"grade: WARNING: no OS sandbox ({why}); the notebooks run as this user")
-    else:
-        box_limits = box.BoxLimits(memory_bytes=limits.memory_bytes)
-        for line in [box_limits.describe(), *box.hardening()]:
-            print(f"grade: box: {line}")
+    if why is not None and isolation and len(who) > 1:
+        print(f"grade: refusing to grade {len(who)} students' notebooks in one batch "
+              f"without the OS sandbox ({why}): one notebook could change another's "
+              "grade. Grade each student in a container of its own (README, For "
+              "instructors), or pass --no-isolation to accept that risk.")
+        return 2
+    _print_box(why, limits)
     grades, crashed = grade_all(subs, limits, isolate=why is None, only=only)
     students = results.by_student(grades)
     rows = results.score_table(students)
