@@ -207,10 +207,8 @@ __all__ = [  # noqa: RUF022 (grouped by topic, sorted within a group)
     "require_type",
 ]
 
-# Every function of the face checks its arguments against its hints (the checks themselves
-# and the validation harness's readers excepted).
-_UNCHECKED = {"require_bool", "require_choice", "require_finite", "require_int",
-              "require_range", "require_type"}
+# Every function of the face checks its arguments against its hints, except the require_*
+# checks themselves (they are what a check calls).
 for _name in __all__:
-    if _name not in _UNCHECKED and inspect.isfunction(globals()[_name]):
+    if not _name.startswith("require_") and inspect.isfunction(globals()[_name]):
         globals()[_name] = checked(globals()[_name])
