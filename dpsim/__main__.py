@@ -1,4 +1,4 @@
-"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate,site}."""
+"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate,site,plan}."""
 
 from __future__ import annotations
 
@@ -64,6 +64,10 @@ def command_line() -> argparse.ArgumentParser:
     site.add_argument("--jobs", type=int, default=2, help="build: notebooks run at a time")
     site.add_argument("--port", type=int, default=8000, help="serve: port (0 picks one)")
     site.add_argument("--root", default=".", help="repository root")
+    from dpsim.course.plan_command import add_arguments as add_plan_arguments
+
+    add_plan_arguments(sub.add_parser("plan", help="the planner's prediction for a model on "
+                                      "a cluster preset; --sbatch FILE writes the Slurm job"))
     return parser
 
 
@@ -104,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return validate_main(args.root, write=not args.no_write,
                              write_constants=args.write_constants)
+    if args.command == "plan":
+        from dpsim.course.plan_command import main as plan_main
+
+        return plan_main(args, argv)
     if args.command == "site":
         from pathlib import Path
 
