@@ -24,7 +24,9 @@ def measure_wrap_unwrapped(model):  # type: ignore[no-untyped-def]
     return measure_wrap(model, wrap=False)
 
 
-def measure_buckets(model, bucket_cap_mb, x, y, pass_cap=True):  # type: ignore[no-untyped-def]
+def measure_buckets(model, bucket_cap_mb, x, y, pass_cap=True, reduce=True,  # type: ignore[no-untyped-def]
+                    size=lambda b: b.numel()):
+    import torch
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -32,8 +34,12 @@ def measure_buckets(model, bucket_cap_mb, x, y, pass_cap=True):  # type: ignore[
     sizes = []
 
     def hook(state, bucket):  # type: ignore[no-untyped-def]
-        sizes.append(bucket.buffer().numel())
-        return allreduce_hook(state, bucket)
+        sizes.append(size(bucket.buffer()))
+        if reduce:
+            return allreduce_hook(state, bucket)
+        done = torch.futures.Future()  # the local buffer as it is: nothing all-reduced
+        done.set_result(bucket.buffer())
+        return done
 
     ddp.register_comm_hook(None, hook)
     out = {}
@@ -49,15 +55,27 @@ def measure_buckets_default_cap(model, bucket_cap_mb, x, y):  # type: ignore[no-
     return measure_buckets(model, bucket_cap_mb, x, y, pass_cap=False)
 
 
+def measure_buckets_without_all_reduce(model, bucket_cap_mb, x, y):  # type: ignore[no-untyped-def]
+    """The hook records the bucket and hands back the local buffer (was a false pass)."""
+    return measure_buckets(model, bucket_cap_mb, x, y, reduce=False)
+
+
+def measure_buckets_in_bytes(model, bucket_cap_mb, x, y):  # type: ignore[no-untyped-def]
+    return measure_buckets(model, bucket_cap_mb, x, y, size=lambda b: b.nbytes)
+
+
 # Right answers on real ranks are not launched a second time here: solutions/08_myths_lab.ipynb's
 # graded cells run them (`PASS 8.1 (2/2)`, 8.2, 8.3, compared by nbval).
 @pytest.mark.slow
 @pytest.mark.parametrize(("exercise_id", "fn", "hint"), [
     ("8.1", measure_wrap_unwrapped, "without wrapping"),
-    ("8.3", measure_buckets_default_cap, "did not pass bucket_cap_mb")])
+    ("8.3", measure_buckets_default_cap, "did not pass bucket_cap_mb"),
+    ("8.3", measure_buckets_without_all_reduce, "must still all-reduce the bucket"),
+    ("8.3", measure_buckets_in_bytes, "you counted bytes")])
 def test_wrong_measurements_are_caught(exercise_id: str, fn: object, hint: str) -> None:
     result = run_check(exercise_id, fn)  # type: ignore[arg-type]
     assert not result.ok
+    assert result.passed == 0, result.message
     assert hint in (result.message or ""), result.message
 
 
@@ -70,6 +88,7 @@ def test_expected_values_follow_the_claims() -> None:
     for case in get_exercise("8.2").cases():
         assert all(r["vs_mean"] == 0.0 and r["vs_local"] > 1e-4 for r in case.expected)
     for case in get_exercise("8.3").cases():
+        assert all(r["gradients_after_are_the_mean"] for r in case.expected)
         first, second = case.expected[0]["first"], case.expected[0]["second"]
         assert len(first) == 1
         assert len(second) >= 3

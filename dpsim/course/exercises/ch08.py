@@ -4,7 +4,9 @@ The learner's function runs inside a process group on every rank (the check join
 measures what DDP does: the parameters after wrapping (8.1), the gradients after backward
 against the local ones and their mean (8.2), the buckets DDP all-reduces (8.3). The
 expected numbers are computed in one process with torch (the same models and batches; the
-mean of the ranks' local gradients; the bucket assignment DDP's reducer calls), the
+mean of the ranks' local gradients; the bucket assignment DDP's reducer calls); for 8.3
+the check also looks at the gradients the learner's DDP left (a comm hook that records
+the bucket must still all-reduce it: they are the mean of the ranks' own), the
 quantities the myths lab measures in `dpsim.labs.ch08_myths.myths_lab.ddp_facts_rank`. Checks
 compare structure (equal to the mean within float32 rounding, counts and sizes exactly),
 never a wall-clock time.
@@ -29,7 +31,6 @@ from dpsim.course.grading.registry import Case, exercise
 GRAD_TOL = 1e-6
 
 
-
 def batch(widths: list[int], rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank `rank`'s own batch of 4."""
     g = torch.Generator().manual_seed(500 + rank)
@@ -47,14 +48,33 @@ def _local_grads(widths: list[int], seed: int, rank: int) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
+def _averaged(model: nn.Module, spec: dict[str, Any], world_size: int) -> bool:
+    """Whether `model`'s gradients are the mean of every rank's own (what DDP leaves after
+    a backward whose buckets were all-reduced and divided by the world size), or twice it
+    (two backwards with no zero_grad between them: the measurement is right all the same)."""
+    mean = torch.stack([_local_grads(spec["widths"], spec["seed"], r)
+                        for r in range(world_size)]).mean(0)
+    grads = [p.grad for p in model.parameters()]
+    if any(g is None for g in grads):
+        return False
+    mine = torch.cat([g.detach().flatten() for g in grads if g is not None])
+    return mine.shape == mean.shape and any(
+        bool(torch.allclose(mine, k * mean, rtol=1e-4, atol=GRAD_TOL)) for k in (1, 2))
+
+
 def _worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict[str, Any],
             init_method: str, path: str) -> Any:
-    """On a real rank: this rank's model (its own seed for 8.1) and batch, then `fn`."""
+    """On a real rank: this rank's model (its own seed for 8.1) and batch, then `fn`; for
+    8.3, whether the model's gradients after it are the mean of the ranks' (a comm hook that
+    records the bucket must still all-reduce it)."""
     seed = spec["seed"] + (rank if spec["kind"] == "wrap" else 0)
     model = make_model(spec["widths"], seed)
     with join(rank, world_size, init_method):
         if spec["kind"] == "buckets":
-            return fn(model, spec["bucket_cap_mb"], *batch(spec["widths"], rank))
+            answer = fn(model, spec["bucket_cap_mb"], *batch(spec["widths"], rank))
+            if isinstance(answer, dict):
+                answer = {**answer, GRADS_KEY: _averaged(model, spec, world_size)}
+            return answer
         if spec["kind"] == "grads":
             return fn(model, *batch(spec["widths"], rank))
         return fn(model)
@@ -126,6 +146,23 @@ def _bucket_spec(rng: random.Random, world_size: int) -> dict[str, Any]:
             return spec
 
 
+GRADS_KEY = "gradients_after_are_the_mean"  # added to a dict answer of 8.3 by the check
+NOT_REDUCED = ("after your function the model's gradients are not the mean of the ranks' own: "
+               "a comm hook replaces DDP's all-reduce, so it must still all-reduce the bucket "
+               "and divide by the world size (return allreduce_hook(state, bucket)); a hook "
+               "that returns the local buffer leaves every rank its own gradients")
+BYTES = ("you counted bytes (bucket.buffer().nbytes, or numel() * 4); the claim counts "
+         "elements: bucket.buffer().numel()")
+
+
+def _explain_buckets(answer: Any) -> str | None:
+    """A hook that did not all-reduce, whatever sizes it recorded."""
+    if isinstance(answer, list) and any(isinstance(r, dict) and r.get(GRADS_KEY) is False
+                                        for r in answer):
+        return f"looks like {NOT_REDUCED}"
+    return None
+
+
 @exercise("8.3", function="measure_buckets",
           title="Claim: DDP all-reduces the whole model in one message", points=2)
 def _bucket_cases(rng: random.Random) -> Iterator[Case]:
@@ -136,13 +173,20 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
         total = sum(p.numel() for p in model.parameters())
         second = [b // 4 for b in torch_bucket_sizes(model, cap, cap)]
         default = [b // 4 for b in torch_bucket_sizes(model, 25.0, 1.0)]
+
+        def outcome(first: list[int], second: list[int], averaged: bool = True, ws: int = ws
+                    ) -> list[dict[str, Any]]:
+            return [{"first": first, "second": second, GRADS_KEY: averaged}] * ws
+
         yield Case(f"{ws} gloo ranks, Linear widths {spec['widths']} ({total} parameters), "
                    f"bucket_cap_mb={cap}", args=(specs, index),
-                   expected=[{"first": [total], "second": second}] * ws,
-                   call=run_measure, mistakes={
+                   expected=outcome([total], second),
+                   call=run_measure, explain=_explain_buckets, mistakes={
                        "DDP's first backward uses one bucket for everything; it rebuilds "
                        "its buckets in the order the gradients arrived, for the second":
-                           [{"first": second, "second": second}] * ws,
+                           outcome(second, second),
                        "you did not pass bucket_cap_mb to DDP (its default is 25 MiB)":
-                           [{"first": [total], "second": default}] * ws,
+                           outcome([total], default),
+                       NOT_REDUCED: outcome([total], second, averaged=False),
+                       BYTES: outcome([4 * total], [4 * b for b in second]),
                    })
