@@ -64,7 +64,15 @@ def test_5_1_wrong_answers_are_caught_with_their_hint() -> None:
             return order[: n - n % ws][rank::ws]
         return (order + order[: -(-n // ws) * ws - n])[rank::ws]
 
+    def pad_with_last(n, ws, rank, shuffle, seed, epoch, drop_last):  # type: ignore[no-untyped-def]
+        order = (torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch))
+                 .tolist() if shuffle else list(range(n)))
+        if drop_last:
+            return order[: n - n % ws][rank::ws]
+        return (order + order[-1:] * (-(-n // ws) * ws - n))[rank::ws]
+
     for fn, hint in ((seed_only, "seed + epoch"), (contiguous, "contiguous block"),
+                     (pad_with_last, "padded with the last index"),
                      (pad_once, "padded only once"),  # was a false pass
                      (no_padding, "did not pad"), (always_pad, "drop_last=True")):
         result = run_check("5.1", fn)
@@ -137,11 +145,33 @@ def test_5_3_wrong_answers_are_caught_with_their_hint() -> None:
     def decimal_mb(sizes, cap, first):  # type: ignore[no-untyped-def]
         return bucket_sizes(sizes, cap * 1e6 / 2**20, first * 1e6 / 2**20)
 
+    def over_the_cap(sizes, cap, first):  # type: ignore[no-untyped-def]
+        out, current = [], 0
+        for nbytes in reversed(sizes):
+            current += nbytes
+            if current > int((first if not out else cap) * 2**20):
+                out.append(current)
+                current = 0
+        return out + ([current] if current else [])
+
     for fn, hint in ((forward, "reverse order"), (no_first, "small first bucket"),
-                     (close_before, "adds it, then closes"), (decimal_mb, "MiB")):
+                     (close_before, "adds it, then closes"), (decimal_mb, "MiB"),
+                     (over_the_cap, "went over the cap (>)")):  # `>` was a false pass
         result = run_check("5.3", fn)
         assert not result.ok, fn.__name__
         assert _hinted(result.message, hint), (fn.__name__, result.message)
+
+
+def test_5_3_has_buckets_landing_exactly_on_each_cap() -> None:
+    """torch closes a bucket at exactly its cap; a first bucket and a later one land on it."""
+    from dpsim.course.grading import student_seed
+
+    for seed in (None, *(student_seed(f"student-{i}") for i in range(20))):
+        cases = get_exercise("5.3").cases(seed)
+        for case, which in ((cases[1], 0), (cases[2], 1)):
+            _, cap, first = case.args
+            caps = [int(first * 2**20), int(cap * 2**20)]
+            assert caps[which] in case.expected[which:which + 1], (case.label, case.expected)
 
 
 def test_5_1_and_5_3_have_their_edge_cases() -> None:

@@ -43,13 +43,18 @@ def _order(n: int, shuffle: bool, seed: int) -> list[int]:
 
 
 def _split(order: list[int], world_size: int, rank: int, drop_last: bool,
-           contiguous: bool = False, pad: bool = True, pad_once: bool = False) -> list[int]:
+           contiguous: bool = False, pad: bool = True, pad_once: bool = False,
+           pad_last: bool = False) -> list[int]:
     n = len(order)
     if drop_last:
         order = order[: n - n % world_size]
     elif pad and n % world_size:
         total = -(-n // world_size) * world_size
-        order = (order + order[: total - n]) if pad_once else (order * (-(-total // n)))[:total]
+        if pad_last:
+            order = order + order[-1:] * (total - n)
+        else:
+            order = ((order + order[: total - n]) if pad_once
+                     else (order * (-(-total // n)))[:total])
     if contiguous:
         size = len(order) // world_size
         return order[rank * size:(rank + 1) * size]
@@ -91,6 +96,9 @@ def _sampler_cases(rng: random.Random) -> Iterator[Case]:
             "list's first indices again and again until the length is a multiple of "
             "world_size": _split(_order(n, shuffle, seed + epoch), ws, rank, drop_last,
                                  pad_once=True),
+            "you padded with the last index repeated; DistributedSampler pads with the "
+            "list's first indices (indices[:padding], again and again if need be)":
+                _split(_order(n, shuffle, seed + epoch), ws, rank, drop_last, pad_last=True),
             "you padded although drop_last=True (it drops the tail instead)":
                 _split(_order(n, shuffle, seed + epoch), ws, rank, False) if drop_last
                 else None,
@@ -193,7 +201,11 @@ def torch_bucket_sizes(module: nn.Module, bucket_cap_mb: float, first_bucket_cap
     return [sum(nbytes[i] for i in b) for b in buckets]
 
 
-def _walk(sizes: list[int], caps: tuple[int, int], before: bool = False) -> list[int]:
+def _walk(sizes: list[int], caps: tuple[int, int], before: bool = False, strict: bool = False
+          ) -> list[int]:
+    """Bucket bytes of a walk over `sizes` (the order given) with caps (first, the rest):
+    closed once a bucket holds at least its cap; `before` (a slip) closes it before adding
+    the tensor that crosses the cap, `strict` (a slip) only once it exceeds the cap."""
     out: list[int] = []
     current = 0
     for nbytes in sizes:
@@ -202,10 +214,16 @@ def _walk(sizes: list[int], caps: tuple[int, int], before: bool = False) -> list
             out.append(current)
             current = 0
         current += nbytes
-        if not before and current >= (caps[0] if not out else caps[1]):
+        cap = caps[0] if not out else caps[1]
+        if not before and (current > cap or (current == cap and not strict)):
             out.append(current)
             current = 0
     return out + ([current] if current else [])
+
+
+def _exact_mb(nbytes: int) -> float:
+    """`nbytes` as MiB, exactly (a dyadic float): int(mb * 2**20) gives nbytes back."""
+    return nbytes / MiB
 
 
 @exercise("5.3", function="bucket_sizes", title="The buckets DDP builds", points=2)
@@ -220,12 +238,24 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
             first = round(rng.uniform(0.03, 0.1) * total / MiB, 3)
             if index == 3:  # 2% above the last three gradients: 10**6-byte MBs close earlier
                 first = math.ceil(sum(sizes[-3:]) * 1.02 / MiB * 1e4) / 1e4
+            if index == 1:  # the first bucket lands exactly on its cap: DDP closes it (>=)
+                first = _exact_mb(sum(sizes[::-1][:rng.randint(1, 2)]))
+            if index == 2:  # the second bucket lands exactly on bucket_cap_mb
+                end = next((k for k in range(1, len(sizes) + 1)  # where the first closes
+                            if sum(sizes[::-1][:k]) >= int(first * MiB)), len(sizes))
+                if end >= len(sizes) - 1:
+                    continue
+                cap = _exact_mb(sum(sizes[::-1][end:end + rng.randint(2, 3)]))
             if cap <= 0 or first <= 0:  # a small model's cap rounded to 0.000 MiB: again
                 continue
             expected = torch_bucket_sizes(module, cap, first)
             if index == 0 and _walk(sizes[::-1], (int(cap * MiB),) * 2) == expected:
                 continue  # the first case must show a missing small first bucket
             # case 5: the last bucket is a partial one, below its cap
+            lands = (_walk(sizes[::-1], (int(first * MiB), int(cap * MiB)), strict=True)
+                     != expected)
+            if index in (1, 2) and not lands:
+                continue
             if index < 4 or (len(expected) > 2 and expected[-1] < int(cap * MiB)):
                 break
         ours = build_buckets([GradTensor(str(i), s, i) for i, s in enumerate(sizes)], cap, first)
@@ -241,5 +271,11 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
                        "DDP adds it, then closes": _walk(sizes[::-1], caps, before=True),
                        "you used MB = 10**6 bytes; DDP's MB is MiB = 2**20 bytes":
                            _walk(sizes[::-1], (int(first * 1e6), int(cap * 1e6))),
+                       STRICT_CAP: _walk(sizes[::-1], caps, strict=True),
                    })
+
+
+STRICT_CAP = ("you closed a bucket only once it went over the cap (>); DDP closes it as soon "
+              "as it holds at least the cap (>=), so a bucket that lands exactly on the cap "
+              "is closed")
 
