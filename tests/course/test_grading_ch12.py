@@ -14,10 +14,12 @@ from dpsim.course.grading import run_check
 # --- 12.1 ----------------------------------------------------------------------------------
 
 
-def _rank_env(slurm: dict[str, str], head_addr: str, port: int, **wrong: str) -> dict[str, Any]:
+def _rank_env(slurm: dict[str, str], head_addr: str, port: int,
+              wrong: dict[str, str] | None = None) -> dict[str, Any]:
     """A learner's mapping; `wrong` maps a torch variable to the SLURM_* one it (wrongly) reads."""
     source = {"RANK": "SLURM_PROCID", "LOCAL_RANK": "SLURM_LOCALID",
-              "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_WORLD_SIZE": "SLURM_NTASKS_PER_NODE"} | wrong
+              "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_WORLD_SIZE": "SLURM_NTASKS_PER_NODE"}
+    source |= wrong or {}
     env: dict[str, Any] = {name: slurm[var] for name, var in source.items()}
     return env | {"MASTER_ADDR": head_addr, "MASTER_PORT": str(port)}
 
@@ -49,7 +51,7 @@ def test_12_1_the_mapping_sets_a_real_environment() -> None:
     ({"LOCAL_WORLD_SIZE": "SLURM_NTASKS"}, "LOCAL_WORLD_SIZE counts the tasks on one node"),
 ])
 def test_12_1_a_wrong_variable_is_named(wrong: dict[str, str], hint: str) -> None:
-    r = run_check("12.1", lambda *a: _rank_env(*a, **wrong))
+    r = run_check("12.1", lambda *a: _rank_env(*a, wrong=wrong))
     assert not r.ok
     assert hint in (r.message or "")
 
