@@ -127,6 +127,8 @@ def data_parallel(module: torch.nn.Module, x: torch.Tensor, device_ids: list[int
     copies = [[p.detach().requires_grad_() if slip == "detached" else p.clone() for p in params]
               for _ in inputs]
     replicas = [replicate_module(module, c) for c in copies]
+    if slip == "shared":  # one replica for every thread (was a false pass)
+        replicas = [replicas[0]] * len(replicas)
     outputs: list[Any] = [None] * len(inputs)
 
     def apply(i: int) -> None:
@@ -149,7 +151,8 @@ def data_parallel(module: torch.nn.Module, x: torch.Tensor, device_ids: list[int
 WRONG_DP = [("no_default", "device_ids[0]"), ("detached", "p.clone()"),
             ("no_threads", "one thread per replica"), ("always_replicate", "calls the module"),
             ("dim0", "along `dim`"),
-            ("reversed", "out of order")]  # got only "not the right one for this input"
+            ("reversed", "out of order"),  # got only "not the right one for this input"
+            ("shared", "the same replica")]  # passed 5/5
 
 
 def test_3_5_right_answer_passes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,6 +165,7 @@ def test_3_5_wrong_answers_are_caught(slip: str, hint: str) -> None:
     result = run_check("3.5", lambda m, x, ids, out, dim: data_parallel(m, x, ids, out, dim,
                                                                         slip=slip))
     assert not result.ok
+    assert result.passed < result.total
     assert hint in (result.message or ""), result.message
 
 

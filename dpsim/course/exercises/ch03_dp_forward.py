@@ -6,8 +6,8 @@ ids are
 labels, `x.chunk(n, dim)` scatters, `replicate_module` with parameter copies that keep
 autograd replicates, one Python thread per replica applies, `torch.cat(..., dim)` gathers.
 The runner builds the module from a seed, watches every call of it (a forward pre-hook,
-which the replicas share: which thread, the original module or a replica, how many samples
-along `dim`), then runs a backward pass; it returns plain data. The expected answer is the
+which the replicas share: which thread, which module, the original or a replica, how many
+samples along `dim`), then runs a backward pass; it returns plain data. The expected answer is the
 same measurement of a reference written here, checked against one device doing the whole
 batch (outputs and gradients), and the device rule of torch's own `data_parallel`.
 """
@@ -58,12 +58,13 @@ def run_data_parallel(fn: Callable[..., Any], spec: dict[str, Any], device_ids: 
                       output_device: int | None, dim: int) -> dict[str, Any]:
     """fn(module, x, device_ids, output_device, dim) watched; plain data of what it did."""
     module, x = build(spec)
-    calls: list[tuple[threading.Thread, bool, int]] = []  # threads kept: their ids stay unique
+    # threads and modules kept: their ids stay unique
+    calls: list[tuple[threading.Thread, bool, int, nn.Module]] = []
     lock = threading.Lock()
 
     def watch(m: nn.Module, args: tuple[Any, ...]) -> None:
         with lock:
-            calls.append((threading.current_thread(), m is module, int(args[0].shape[dim])))
+            calls.append((threading.current_thread(), m is module, int(args[0].shape[dim]), m))
 
     module.register_forward_pre_hook(watch)
     answer = fn(module, x, list(device_ids), output_device, dim)
@@ -82,6 +83,8 @@ def run_data_parallel(fn: Callable[..., Any], spec: dict[str, Any], device_ids: 
             # one chunk: torch's parallel_apply runs it in this thread; either way is fine
             "threads": len({id(c[0]) for c in calls}) if len(calls) > 1 else 1,
             "original_called": sum(c[1] for c in calls),
+            # one replica per chunk: threads that share one module share its state
+            "replicas_called": len({id(c[3]) for c in calls}),
             "chunk_sizes": sorted(c[2] for c in calls)}
 
 
@@ -100,7 +103,9 @@ def reference(module: nn.Module, x: torch.Tensor, device_ids: list[int],
     params = list(module.parameters())
     replicas = [replicate_module(module, [p.detach().requires_grad_() if slip == "detached"
                                           else p.clone() for p in params])
-                for _ in inputs]
+                for _ in inputs[:1 if slip == "shared" else None]]
+    if slip == "shared":  # one replica for every thread
+        replicas = replicas * len(inputs)
     outputs: list[Any] = [None] * len(inputs)
 
     def apply(i: int) -> None:
@@ -137,6 +142,11 @@ def _agrees_with_one_device(spec: dict[str, Any], got: dict[str, Any]) -> bool:
                for a, b in pairs)
 
 
+SHARED = ("every thread ran the same replica: make one replica per chunk (torch's replicate "
+          "gives each device its own copy of the module); threads sharing one module share "
+          "its state, its buffers and whatever a forward stores on it")
+
+
 @exercise("3.5", function="data_parallel", title="DataParallel's forward by hand", points=3)
 def _data_parallel_cases(rng: random.Random) -> Iterator[Case]:
     n = rng.randint(3, 4)
@@ -170,6 +180,7 @@ def _data_parallel_cases(rng: random.Random) -> Iterator[Case]:
             "gather": run_data_parallel(_case_maker("always_replicate"), *args),
         }
         if len(ids) > 1:
+            mistakes[SHARED] = run_data_parallel(_case_maker("shared"), *args)
             mistakes["the gathered output is out of order: torch.cat the replicas' outputs "
                      "in the order of device_ids (keep each output at its chunk's index, "
                      "whichever thread finishes first)"] = run_data_parallel(
