@@ -79,6 +79,7 @@ from dpsim.sim.cost.memory import (
 from dpsim.sim.cost.precision import (
     LOW_DTYPES,
     POLICIES,
+    POLICY_SOURCES,
     PrecisionPolicy,
     policy_bytes_per_param,
     policy_model_state_bytes,
@@ -146,7 +147,7 @@ from dpsim.sim.strategies.dp import summary as dp_summary
 from dpsim.sim.strategies.fsdp import FSDPConfig, communication_bytes_per_step, compare_stages
 from dpsim.sim.strategies.fsdp import summary as fsdp_summary
 from dpsim.sim.strategies.fsdp.hsdp import HSDPConfig, hsdp_traffic, traffic_of
-from dpsim.sim.strategies.knobs import PLANNER_PRECISIONS
+from dpsim.sim.strategies.knobs import PLANNER_PRECISIONS, PRECISION_SETTINGS
 from dpsim.sim.strategies.registry import get_strategy
 from dpsim.sim.strategies.registry import names as strategy_names
 from dpsim.sim.strategies.single import SingleConfig, breakdown, fit_rows
@@ -172,8 +173,8 @@ __all__ = [  # noqa: RUF022 (grouped by topic, sorted within a group)
     "DTYPE_BYTES", "PRESETS", "SAVES", "Event", "Layer", "Trace", "Workload", "get_workload",
     "transformer",
     # compute and memory
-    "CATEGORIES", "LOW_DTYPES", "OPTIMIZERS", "POLICIES", "PRECISIONS", "MemoryBreakdown",
-    "PrecisionPolicy",
+    "CATEGORIES", "LOW_DTYPES", "OPTIMIZERS", "POLICIES", "POLICY_SOURCES", "PRECISIONS",
+    "MemoryBreakdown", "PrecisionPolicy",
     "backward_time_s", "checkpointed_activation_bytes", "comm_overlaps_compute",
     "forward_time_s", "fsdp_padded_shard_numel", "fsdp_rank_bytes", "fsdp_shard_rows",
     "max_batch_size", "max_params_that_fit", "model_state_bytes", "optimizer_time_s",
@@ -198,7 +199,8 @@ __all__ = [  # noqa: RUF022 (grouped by topic, sorted within a group)
     "bytes_at_loss", "device0_extra_bytes", "scatter_sizes", "with_output_features",
     "communication_bytes_per_step", "compare_stages", "hsdp_traffic", "traffic_of",
     # the planner
-    "PLANNER_PRECISIONS", "POWERS_OF_TWO", "Crossover", "PlanResult", "beyond_data_parallel",
+    "PLANNER_PRECISIONS", "PRECISION_SETTINGS", "POWERS_OF_TWO", "Crossover", "PlanResult",
+    "beyond_data_parallel",
     "crossover", "efficiencies", "plan", "scaling_curve", "summary_table",
     # validation against published numbers
     "fidelity", "held_out_summary", "link_constants", "load_runs", "shipped_rows",

@@ -18,7 +18,7 @@ from dpsim.sim.checks import Each, Instance, Int, OneOf, require_choice, require
 from dpsim.sim.collectives.group_cost import group_link, uses_nccl
 from dpsim.sim.collectives.nccl import group_shape
 from dpsim.sim.cost.compute import backward_time_s, forward_time_s, step_compute_s
-from dpsim.sim.cost.memory import PRECISIONS, Optimizer, precision_dtype
+from dpsim.sim.cost.memory import CATEGORIES, PRECISIONS, Optimizer, precision_dtype
 from dpsim.sim.hardware import Cluster, Link
 from dpsim.sim.limits import MAX_BATCH, MAX_NODES, MAX_PLANNER_DEVICES, Samples
 from dpsim.sim.strategies.crossover import crossover_formula as crossover_formula  # re-exported
@@ -32,6 +32,7 @@ from dpsim.sim.strategies.knobs import (
     resolve_precision,
 )
 from dpsim.sim.strategies.registry import get_strategy, names
+from dpsim.sim.trace import Trace
 from dpsim.sim.workload import DTYPE_BYTES, Workload
 
 # the precisions every strategy's planner config takes: fp32 everywhere, or bf16 compute
@@ -66,6 +67,9 @@ class PlanResult:
     memory_bytes: int  # what one device has
     traffic_bytes_per_device: int  # bytes one device sends per step
     single_device_s: float  # one device, the same local batch, no communication at all
+    # parameters + gradients + optimizer state per device after the step (no activations,
+    # buckets or gathered parameters): what a rank's own tensors hold once the step is done
+    model_state_bytes: tuple[int, ...] = ()
 
     @property
     def oom_devices(self) -> list[int]:
@@ -103,8 +107,10 @@ def plan(workload: Workload, cluster: Cluster, strategy: StrategyName, n_devices
     the inter-node link is used). A strategy run by one process (DP) is limited to one node.
     precision "torch_amp", activation_checkpointing and offload are the knobs of
     `strategies.knobs` (taken by the strategies whose config has them). precision "default"
-    is the strategy's own: torch's scheme for FSDP ("torch_amp": fp32 states, bf16 compute,
-    as FSDP2's MixedPrecisionPolicy keeps them), "mixed" for the others.
+    is the strategy's own: "torch_amp" for FSDP (fully_shard with
+    MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32): fp32
+    states, bf16 compute, fp32 reduce-scatter), "mixed" (ZeRO's 2 + 2 + 12) for the others;
+    `knobs.PRECISION_SETTINGS` names the setting each precision stands for.
     """
     require_workload(workload)  # a layer that computes
     s = get_strategy(strategy)
@@ -117,10 +123,27 @@ def plan(workload: Workload, cluster: Cluster, strategy: StrategyName, n_devices
     one = step_compute_s(workload, b, sized.device, precision_dtype(base), optimizer)
     config = apply_knobs(s.make_config(b, global_batch, n_devices, optimizer, base), strategy,
                          precision, activation_checkpointing, offload)
-    r = s.step_result(s.simulate(workload, sized, config))
+    trace = s.simulate(workload, sized, config)
+    r = s.step_result(trace)
     return PlanResult(strategy, s.label, r.n_devices, global_batch, r.batch_per_device,
                       r.step_s, r.compute_s, r.hidden_comm_s, r.exposed_comm_s, r.other_s,
-                      r.peak_bytes, sized.device.memory_bytes, r.sent_bytes_per_device, one)
+                      r.peak_bytes, sized.device.memory_bytes, r.sent_bytes_per_device, one,
+                      model_states_after_step(trace, r.n_devices))
+
+
+MODEL_STATES = CATEGORIES[:3]  # parameters, gradients, optimizer
+
+
+def model_states_after_step(trace: Trace, n_devices: int) -> tuple[int, ...]:
+    """Bytes of parameters, gradients and optimizer state on each device at the trace's
+    last memory sample (a trace whose devices are identical samples device 0 only)."""
+    sampled = set(trace.devices)
+    out = []
+    for d in range(n_devices):
+        timeline = trace.memory_timeline(d if d in sampled else 0)
+        last = timeline[-1][1] if timeline else {}
+        out.append(sum(last.get(c, 0) for c in MODEL_STATES))
+    return tuple(out)
 
 
 def scaling_curve(workload: Workload, cluster: Cluster, strategy: StrategyName,
@@ -226,8 +249,10 @@ def crossover(workload: Workload, cluster: Cluster, strategy: StrategyName,
     """Strong scaling of a fixed global batch: the compute per device c*G/N shrinks while
     each step still moves k model-sized tensors (k*S/B) and pays A*(N-1) latencies. The
     formula's N* sits next to the first simulated count whose comm time >= its cover.
-    S is counted in the compute dtype; under "torch_amp" (FSDP's default) the gradients
-    are reduce-scattered in fp32, twice a bf16 model size: k = 2 + 2 = 4."""
+    S is counted in the compute dtype; under "torch_amp" (the planner's default for FSDP:
+    MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)) the gradients are
+    reduce-scattered in fp32, twice a bf16 model size: k = 2 + 2 = 4 (with FSDP2's default
+    reduce_dtype=None they would travel in bf16: k = 3)."""
     require_workload(workload)  # a layer that computes
     if workload.n_params == 0:
         raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "
@@ -245,7 +270,7 @@ def crossover(workload: Workload, cluster: Cluster, strategy: StrategyName,
     term = terms[strategy]
     assert term is not None  # checked above
     k, a = term.model_transfers, term.alpha_terms
-    if precision == "torch_amp":  # the one gradient-sized transfer travels in fp32
+    if precision == "torch_amp":  # reduce_dtype=fp32: the reduce-scatter travels in fp32
         k += 1.0
     model = workload.n_params * DTYPE_BYTES[dt]
     topology = uses_nccl(cluster, group_shape(cluster))

@@ -1,5 +1,5 @@
-"""Chapter 9 figures: torch's and ZeRO's mixed precision per ZeRO stage; measured beside
-predicted bytes (pure builders: numbers in, plotly Figure out)."""
+"""Chapter 9 figures: torch's, ZeRO's and Megatron's mixed precision per ZeRO stage;
+measured beside predicted bytes (pure builders: numbers in, plotly Figure out)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,22 @@ import plotly.graph_objects as go
 from dpsim.viz.style import BYTE_UNITS, color_for, finish
 
 _STATES = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer"))
+# scheme_table's column prefixes and their names on the figure
+_SCHEMES = (("torch", "torch"), ("zero", "ZeRO"), ("megatron", "Megatron"))
 
 
 def scheme_bars(rows: Sequence[Mapping[str, object]], unit: str = "GB",
-                title: str = "Model states per device: torch's scheme beside ZeRO's"
+                title: str = "Model states per device: torch's, ZeRO's and Megatron's schemes"
                 ) -> go.Figure:
-    """Stacked bars per ZeRO stage, torch (4+4+8) beside ZeRO (2+2+12); rows as
-    `precision.scheme_table` returns them."""
+    """Stacked bars per ZeRO stage: torch (4+4+8), ZeRO (2+2+12) and Megatron (2+4+12)
+    side by side; rows as `precision.scheme_table` returns them."""
     scale = BYTE_UNITS[unit]
-    x = [[f"stage {r['stage']}" for r in rows for _ in (0, 1)],
-         [scheme for _ in rows for scheme in ("torch", "ZeRO")]]
+    x = [[f"stage {r['stage']}" for r in rows for _ in _SCHEMES],
+         [name for _ in rows for _, name in _SCHEMES]]
     fig = go.Figure()
     for key, cat in _STATES:
         y = [float(r[f"{scheme}_{key}_B"]) / scale  # type: ignore[arg-type]
-             for r in rows for scheme in ("torch", "zero")]
+             for r in rows for scheme, _ in _SCHEMES]
         fig.add_bar(name=cat, x=x, y=y, marker_color=color_for(cat),
                     hovertemplate=f"{cat}: %{{y:.3g}} {unit}<extra></extra>")
     fig.update_layout(barmode="stack")

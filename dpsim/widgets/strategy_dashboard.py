@@ -13,6 +13,7 @@ from dpsim.sim import (
     CLUSTERS,
     PLANNER_PRECISIONS,
     POWERS_OF_TWO,
+    PRECISION_SETTINGS,
     PRESETS,
     Cluster,
     Link,
@@ -39,6 +40,13 @@ CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
 GLOBAL_BATCHES = tuple(2**k for k in range(13))  # 1 .. 4096 samples
 # "default": the strategy's own (torch_amp for FSDP, mixed otherwise); torch_amp: chapter 9
 PRECISION_CHOICES = ("default", "mixed", "fp32", "torch_amp")
+# the dropdown's words: each precision with the setting it stands for (PRECISION_SETTINGS)
+PRECISION_LABELS = {
+    "default": "default (FSDP: torch_amp; others: mixed)",
+    "mixed": "mixed: ZeRO's 2+2+12, bf16 gradients",
+    "fp32": "fp32: no autocast, no mp_policy",
+    "torch_amp": "torch_amp: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)",
+}
 
 
 def cluster_choice(name: str) -> Cluster:
@@ -164,6 +172,7 @@ class StrategyExplorer:
         except ValueError as err:
             return [f"cannot simulate this setting: {err}"]
         oom = p.oom_devices
+        used = get_strategy(strategy).default_precision if precision == "default" else precision
         text = (f"simulated: {w.name}, {p.label}, N={n_devices}: step "
                 f"{p.step_s * 1e3:.3g} ms = compute {p.compute_s * 1e3:.3g} + exposed comm "
                 f"{p.exposed_comm_s * 1e3:.3g} + host {p.other_s * 1e3:.3g} ms "
@@ -171,7 +180,8 @@ class StrategyExplorer:
                 f"{p.samples_per_s:,.0f} samples/s; {p.scaling_efficiency:.0%} of one device's "
                 "throughput at the same local batch; "
                 + (f"OUT OF MEMORY on {len(oom)} of {n_devices} device(s)" if oom
-                   else "fits in memory"))
+                   else "fits in memory")
+                + f"\nprecision {used!r}: {PRECISION_SETTINGS[used]}")
         if oom:  # say what comes after data parallelism when none of it fits
             beyond = beyond_data_parallel(w, chosen, n_devices, global_batch)
             text += "".join(f"\n- {line}" for line in beyond.advice)
@@ -200,8 +210,9 @@ def strategy_dashboard(model: str = "gpt2-124m", cluster: str = "h100-ib-128",
                                              description="N"),
         "global_batch": widgets.Dropdown(options=list(GLOBAL_BATCHES),
                                          value=global_batch, description="global batch"),
-        "precision": widgets.Dropdown(options=list(PRECISION_CHOICES), value="default",
-                                      description="precision"),
+        "precision": widgets.Dropdown(options=[(PRECISION_LABELS[p], p)
+                                               for p in PRECISION_CHOICES],
+                                      value="default", description="precision"),
         "activation_checkpointing": widgets.Checkbox(value=False, description="checkpointing"),
         "offload": widgets.Checkbox(value=False, description="CPU offload"),
     }

@@ -63,8 +63,24 @@ def test_policy_bytes_per_param() -> None:
     assert policy_bytes_per_param(precision_policy("zero_mixed")) == (2, 2, 12)
     assert policy_bytes_per_param(precision_policy("pure_16bit")) == (2, 2, 4)
     assert policy_bytes_per_param(precision_policy("fp32"), "sgd") == (4, 4, 0)
-    for name in POLICIES:  # same totals for the two mixed schemes, any optimizer
-        assert sum(policy_bytes_per_param(precision_policy(name), "adam")) in (8, 16)
+    totals = {name: sum(policy_bytes_per_param(precision_policy(name), "adam"))
+              for name in POLICIES}
+    # ZeRO's fp16 scheme (Rajbhandari et al. 2020, Sec. 3.1) and torch's: 16 B/param;
+    # Megatron-LM in bf16 keeps fp32 main_grad: 18 (Megatron Core, Distributed Optimizer)
+    assert totals == {"fp32": 16, "torch_amp": 16, "zero_mixed": 16, "megatron_mixed": 18,
+                      "pure_16bit": 8}
+
+
+def test_megatron_scheme_keeps_fp32_gradients() -> None:
+    """bf16 parameters, fp32 main_grad (accumulated and all-reduced in fp32), fp32 master
+    and moments; sharding the 12 optimizer bytes over d ranks leaves 6 + 12/d."""
+    pol = precision_policy("megatron_mixed")
+    assert (pol.param_dtype, pol.grad_dtype, pol.reduce_dtype) == ("bf16", "fp32", "fp32")
+    assert policy_bytes_per_param(pol) == (2, 4, 12)
+    d = 8
+    stage1 = scheme_table(d * 1000, d)[1]
+    assert stage1["megatron_total_B"] == 6 * d * 1000 + 12 * 1000
+    assert stage1["megatron_grads_B"] == 4 * d * 1000
 
 
 def test_scheme_table_matches_the_zero_calculator() -> None:
@@ -82,6 +98,7 @@ def test_scheme_table_differs_only_for_stages_1_and_2() -> None:
     rows = scheme_table(7_500_000_000, 64)
     same = [r["torch_total_B"] == r["zero_total_B"] for r in rows]
     assert same == [True, False, False, True]
+    assert [r["megatron_total_B"] > r["zero_total_B"] for r in rows] == [True] * 4
 
 
 def test_fsdp_policy_matches_fsdp_shards_and_refuses_master_copies() -> None:
@@ -94,6 +111,9 @@ def test_fsdp_policy_matches_fsdp_shards_and_refuses_master_copies() -> None:
     with raises_naming("policy"):
 
         fsdp_policy_rank_bytes(shapes, 3, 0, precision_policy("zero_mixed"))
+    with raises_naming("policy"):
+
+        fsdp_policy_rank_bytes(shapes, 3, 0, precision_policy("megatron_mixed"))
 
 
 def test_offloaded_keeps_activations_on_device() -> None:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
+from dpsim.sim import PRECISION_SETTINGS
 from dpsim.widgets import collectives_explorer as ce
 from dpsim.widgets import ddp_explorer as dde
 from dpsim.widgets import dp_explorer as dpe
@@ -263,7 +264,8 @@ def test_strategy_explorer_texts_unchanged() -> None:
     fig, text = _sd(strategy="fsdp")()
     assert text == ("simulated: ResNet-50, FSDP / ZeRO-3, N=8: step 6.01 ms = compute 5.52 + "
                     "exposed comm 0.487 + host 0 ms (hidden comm 0.484 ms); 10,649 samples/s; "
-                    "96% of one device's throughput at the same local batch; fits in memory")
+                    "96% of one device's throughput at the same local batch; fits in memory"
+                    "\nprecision 'mixed': " + PRECISION_SETTINGS["mixed"])
     assert isinstance(fig, go.Figure)
     (msg,) = _sd(global_batch=4)()  # a combination the planner refuses stays a message
     assert msg == ("cannot simulate this setting: global_batch=4 does not split over "

@@ -3,8 +3,9 @@
 Conventions: fp32 training keeps 4 B/param of parameters and of gradients; Adam keeps
 two fp32 moments (8 B/param) and one fp32 `step` scalar per parameter tensor. Mixed
 precision keeps 16-bit parameters and gradients and an fp32 master copy with the moments:
-2 + 2 + 12 = 16 B/param (the ZeRO paper's K = 12). That is ZeRO's and Megatron's scheme;
-torch's (autocast, FSDP2 MixedPrecisionPolicy: fp32 states, 4 + 4 + 8) is in `precision`.
+2 + 2 + 12 = 16 B/param (the ZeRO paper's K = 12, its fp16 scheme). Torch's (autocast,
+FSDP2 MixedPrecisionPolicy: fp32 states, 4 + 4 + 8) and Megatron-LM's (fp32 gradients,
+2 + 4 + 12 = 18) are in `precision`.
 """
 
 from __future__ import annotations

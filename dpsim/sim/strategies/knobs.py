@@ -13,12 +13,28 @@ from typing import Any
 
 from dpsim.sim.cost.memory import PRECISIONS
 
-# "torch_amp": torch.autocast / FSDP2 MixedPrecisionPolicy (fp32 states, bf16 compute)
+# "torch_amp": FSDP2's fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+# reduce_dtype=torch.float32)): fp32 sharded states, bf16 all-gathers and compute, fp32
+# reduce-scatter (FSDP2's default reduce_dtype=None would reduce in bf16)
 KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), "torch_amp")
-# "default": the strategy's own default (`Strategy.default_precision`): torch's scheme
-# ("torch_amp") for FSDP, which never keeps ZeRO's 2 + 2 + 12 bytes; "mixed" for the others
+# "default": the strategy's own default (`Strategy.default_precision`): "torch_amp" for
+# FSDP (ZeRO-3), which never keeps ZeRO's 2 + 2 + 12 bytes; "mixed" for the others
 DEFAULT_PRECISION = "default"
 PLANNER_PRECISIONS = (DEFAULT_PRECISION, *KNOB_PRECISIONS)
+# the real setting each planner precision stands for (a torch call, or the scheme's source)
+PRECISION_SETTINGS = {
+    DEFAULT_PRECISION: "the strategy's own: 'torch_amp' for FSDP (ZeRO-3), 'mixed' for the "
+                       "others",
+    "fp32": "no autocast; fully_shard(model) with its default MixedPrecisionPolicy(), "
+            "which casts nothing: 4 + 4 + 8 B/param with Adam, gradients sent in fp32",
+    "mixed": "ZeRO's mixed precision (Rajbhandari et al. 2020, Sec. 3.1; DeepSpeed, no "
+             "torch setting): bf16 parameters and gradients, fp32 master and moments "
+             "(2 + 2 + 12 B/param), gradients sent in bf16",
+    "torch_amp": "fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, "
+                 "reduce_dtype=torch.float32)): fp32 shards (4 + 4 + 8 B/param), bf16 "
+                 "all-gathers and compute, fp32 reduce-scatter; reduce_dtype=None (the "
+                 "default) reduces in bf16",
+}
 
 
 def resolve_precision(strategy: str, precision: str) -> str:

@@ -26,8 +26,9 @@ class FSDPStrategy(Strategy[FSDPConfig]):
 
     @property
     def default_precision(self) -> str:  # type: ignore[override]
-        """ZeRO-3 is torch's FSDP2: MixedPrecisionPolicy keeps fp32 states ("torch_amp");
-        stages 1 and 2 keep ZeRO's own scheme ("mixed": 16-bit copy, fp32 master)."""
+        """ZeRO-3 is torch's FSDP2 with MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+        reduce_dtype=torch.float32): fp32 states ("torch_amp"); stages 1 and 2 keep ZeRO's
+        own scheme ("mixed": 16-bit copy, fp32 master)."""
         return "torch_amp" if self.stage == 3 else "mixed"
 
     def __post_init__(self) -> None:
