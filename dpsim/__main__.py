@@ -1,4 +1,5 @@
-"""Command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate,site,plan}."""
+"""The command line: python -m dpsim {doctor,lab,exercises,grade,notebooks,validate,site,
+plan,cluster}."""
 
 from __future__ import annotations
 
@@ -68,6 +69,14 @@ def command_line() -> argparse.ArgumentParser:
 
     add_plan_arguments(sub.add_parser("plan", help="the planner's prediction for a model on "
                                       "a cluster preset; --sbatch FILE writes the Slurm job"))
+    cl = sub.add_parser("cluster", help="a real Slurm cluster on this machine (slurmctld, one "
+                        "slurmd per node, munge; 127.0.0.1 only): start it, show it, stop it")
+    cl.add_argument("action", choices=["up", "status", "down"])
+    cl.add_argument("--root", default=None,
+                    help="the cluster's folder (default: <tmp>/dpsim-slurm-<uid>)")
+    cl.add_argument("--nodes", type=int, default=2, help="up: how many slurmd nodes")
+    cl.add_argument("--cpus-per-node", type=int, default=None,
+                    help="up: CPUs each node declares (default: this machine's)")
     return parser
 
 
@@ -122,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from dpsim.course.website.serve import main as serve_main
 
         return serve_main(Path(args.out), args.port)
+    if args.command == "cluster":
+        from dpsim.runtime.slurm.cli import main as cluster_main
+
+        return cluster_main(args.action, args.root, args.nodes, args.cpus_per_node)
     parser.error(f"unknown command {args.command!r}")
     return 2
 
