@@ -21,7 +21,8 @@ def command_line() -> argparse.ArgumentParser:
     ex = sub.add_parser("exercises", help="generate exercises/ from solutions/, or check it")
     ex.add_argument("action", choices=["build", "check"])
     ex.add_argument("--root", default=".", help="repository root")
-    grade = sub.add_parser("grade", help="grade student notebooks")
+    grade = sub.add_parser("grade", help="grade student notebooks (or `grade gradescope-autograder "
+                           "OUT.zip --exercises ...`: Gradescope's autograder zip)")
     grade.add_argument("notebooks", nargs="+")
     grade.add_argument("--csv", default=None, help="write the score table to this CSV file")
     grade.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
@@ -45,6 +46,11 @@ def command_line() -> argparse.ArgumentParser:
     grade.add_argument("--visibility", default="visible",
                        choices=["visible", "hidden", "after_due_date", "after_published"],
                        help="Gradescope visibility of the tests and score")
+    course = sub.add_parser("course", help="release: write the student's kit (the notebooks, "
+                            "dpsim without the answer key, the public cases as data) into OUT")
+    course.add_argument("action", choices=["release"])
+    course.add_argument("out", help="a new folder for the student's kit")
+    course.add_argument("--root", default=".", help="the instructor's kit (repository root)")
     nb = sub.add_parser("notebooks", help="execute notebooks and keep only checked outputs")
     nb.add_argument("action", choices=["refresh", "check"])
     nb.add_argument("paths", nargs="*")
@@ -100,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "grade":
         # nothing the notebooks' folders hold is imported: the current folder leaves sys.path
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+        if args.notebooks[0] == "gradescope-autograder":
+            from dpsim.course.grading.gradescope_autograder import main as zip_main
+
+            return zip_main(args.notebooks[1:], exercises=args.exercises,
+                            visibility=args.visibility, cell_timeout_s=args.cell_timeout,
+                            memory_gib=args.memory_gib)
         from dpsim.course.grading.grade import main as grade_main
 
         return grade_main(args.notebooks, csv_path=args.csv, cell_timeout_s=args.cell_timeout,
@@ -108,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                           memory_gib=args.memory_gib, student=args.student,
                           isolation=not args.no_isolation, visibility=args.visibility,
                           exercises=args.exercises)
+    if args.command == "course":
+        from dpsim.course.grading.release import main as release_main
+
+        return release_main(args.out, root=args.root)
     if args.command == "notebooks":
         from dpsim.course.notebook_outputs import main as notebooks_main
 
