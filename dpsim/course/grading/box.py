@@ -14,8 +14,12 @@
   size-capped tmpfs as the working folder (`/home/learner`), `/tmp` and `/dev/shm`; a
   `/proc` of the box's own processes. Other submissions, the output folder, the grader's
   files and environment (the grading secret) are not there;
-- rlimits set before the box starts and inherited by everything in it: address space
-  per process, number of processes of uid 65534, CPU seconds per process, file size;
+- its own control group where one can be made (`box_group`): memory (tmpfs included) and
+  processes counted for the box as a whole; elsewhere, and besides, rlimits set before the
+  box starts and inherited by everything in it: address space per process, number of
+  processes of uid 65534 (only without a group), CPU seconds per process, file size;
+- a seccomp filter (`box_seccomp`, x86-64) refusing new namespaces, ptrace and the kernel's
+  less-travelled calls;
 - no new user namespaces (`unshare -Ur` fails): bwrap's `--disable-userns` (bubblewrap 0.8
   or later), which needs a user namespace of the box's own. As another user the box has
   one; as root the box's uid must stay the real uid 65534 (so the process limit counts it),
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -43,11 +48,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpsim.course.grading import box_group, box_seccomp
+from dpsim.course.grading.box_group import BoxGroup
+
 BOX_LIB = "/opt/dpsim"  # where the verified copy of dpsim appears inside
 BOX_HOME = "/home/learner"  # the empty working folder inside
 BOX_UID = 65534
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _HOSTS = "127.0.0.1 localhost dpsim-box\n::1 localhost\n"
+SECCOMP_FILE = "seccomp.bpf"
+_SECCOMP_FD = 9  # the descriptor the last bwrap reads its filter from
 _PASSWD = f"learner:x:{BOX_UID}:{BOX_UID}:learner:{BOX_HOME}:/bin/sh\n"
 
 
@@ -68,7 +78,14 @@ class BoxLimits:
 
     def describe(self) -> str:
         """The memory and process limits in force, and what they do not bound."""
-        return (f"limits per process, not per box (no cgroup is made): address space "
+        why_not = box_group.where()
+        if why_not is None:
+            return (f"limits per box (a control group each): {self.memory_bytes / 2**30:g} "
+                    f"GiB of memory for the whole box, its tmpfs included, and at most "
+                    f"{self.processes} processes and threads in it; besides, address space "
+                    f"{self.memory_bytes / 2**30:g} GiB per process (RLIMIT_AS) and three "
+                    f"tmpfs of {self.tmpfs_bytes / 2**20:g} MiB each")
+        return (f"limits per process, not per box (no control group: {why_not}): address space "
                 f"{self.memory_bytes / 2**30:g} GiB each (RLIMIT_AS), at most "
                 f"{self.processes} processes of uid {BOX_UID} (RLIMIT_NPROC"
                 + (", counted over every process of that uid on this machine"
@@ -102,10 +119,10 @@ def _bwrap_version() -> str:
         return "an unknown version"
 
 
-def _inner_userns_guard() -> list[str]:
+def _inner_userns_guard(seccomp: list[str]) -> list[str]:
     """As root: the second bwrap that gives the box a user namespace and disables more."""
     return [_bwrap() or "bwrap", "--unshare-user", "--uid", str(BOX_UID), "--gid",
-            str(BOX_UID), "--disable-userns", "--dev-bind", "/", "/", "--"]
+            str(BOX_UID), "--disable-userns", *seccomp, "--dev-bind", "/", "/", "--"]
 
 
 @functools.cache
@@ -133,10 +150,10 @@ def _userns_guard() -> tuple[bool, str]:
 
 def hardening() -> list[str]:
     """Lines saying which of the box's defences beyond its namespaces are in force."""
-    return [_userns_guard()[1],
-            "no seccomp filter (bubblewrap takes one only as compiled BPF, per "
-            "architecture; user namespaces, the main kernel surface it would close, are "
-            "handled above)"]
+    seccomp = (f"a seccomp filter refuses {len(box_seccomp.X86_64_REFUSED)} system calls "
+               "and clone with new namespaces (x86-64)" if box_seccomp.supported() else
+               f"no seccomp filter: none is written for {platform.machine()} (x86-64 only)")
+    return [_userns_guard()[1], seccomp]
 
 
 @functools.cache
@@ -173,8 +190,8 @@ def python_prefixes() -> list[str]:
 
 @functools.cache
 def _support_dir() -> Path:
-    """Two small files the box sees as /etc/hosts and /etc/passwd (a private folder of this
-    process, removed at exit)."""
+    """Two small files the box sees as /etc/hosts and /etc/passwd, and the seccomp filter
+    (a private folder of this process, removed at exit)."""
     import atexit
     import tempfile
 
@@ -182,6 +199,8 @@ def _support_dir() -> Path:
     for name, text in (("hosts", _HOSTS), ("passwd", _PASSWD)):
         (folder / name).write_text(text)
         (folder / name).chmod(0o644)
+    if box_seccomp.supported():
+        (folder / SECCOMP_FILE).write_bytes(box_seccomp.program())
     atexit.register(shutil.rmtree, folder, True)
     return folder
 
@@ -233,20 +252,42 @@ def command(argv: list[str], lib: Path | None, env: Mapping[str, str],
               "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", **env}
     for key, value in inside.items():
         args += ["--setenv", key, value]
+    # the filter goes on the last bwrap: it refuses the namespaces a bwrap before it makes
+    seccomp = ["--seccomp", str(_SECCOMP_FD)] if box_seccomp.supported() else []
     if root:
+        if not userns_guard:
+            args += seccomp
         args += [_setpriv() or "setpriv", f"--reuid={BOX_UID}", f"--regid={BOX_UID}",
                  "--clear-groups", "--no-new-privs", "--"]
         if userns_guard:
-            args += _inner_userns_guard()
-    return [*args, *argv]
+            args += _inner_userns_guard(seccomp)
+    else:
+        args += seccomp
+    if not seccomp:
+        return [*args, *argv]
+    # a shell opens the filter on its descriptor, then execs the first bwrap in its place
+    return ["/bin/sh", "-c", f'exec "$@" {_SECCOMP_FD}<"$0"', str(etc / SECCOMP_FILE),
+            *args, *argv]
 
 
-def rlimits(limits: BoxLimits) -> Callable[[], None]:
-    """A `preexec_fn` that sets the box's rlimits in the process that becomes the box."""
+def group(limits: BoxLimits) -> BoxGroup | None:
+    """A new control group for one box with `limits` (None where none can be made here);
+    pass it to `rlimits` and close it when the box has ended."""
+    return BoxGroup.make(limits.memory_bytes, limits.processes)
+
+
+def rlimits(limits: BoxLimits, group: BoxGroup | None = None) -> Callable[[], None]:
+    """A `preexec_fn` that puts the process that becomes the box in its `group` and sets
+    its rlimits. With a group, the group counts the box's processes (RLIMIT_NPROC, which
+    as root counts every process of uid 65534 on the machine, is left as it was)."""
 
     def apply() -> None:
+        if group is not None:
+            group.join()
         nproc = limits.processes
-        if os.geteuid() != 0:  # counted with every process of this user outside the box
+        if group is not None:  # the group counts them; the rlimit stays as it was
+            nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        elif os.geteuid() != 0:  # counted with every process of this user outside the box
             nproc += len([p for p in os.listdir("/proc") if p.isdigit()])
         for which, value in ((resource.RLIMIT_AS, limits.memory_bytes),
                              (resource.RLIMIT_NPROC, nproc),

@@ -114,15 +114,25 @@ def run_boxed(cells: list[str], dump: str, token: str, notes: list[str], root: P
     argv = [sys.executable, "-I", "-B", "-c", _JOB_BOOT.format(lib=box.BOX_LIB)]
     if deadline is None:
         deadline = time.monotonic() + limits.notebook_timeout_s + START_ALLOWANCE_S
-    proc = subprocess.Popen(box.command(argv, root, env, box_limits),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
-                            start_new_session=True, preexec_fn=box.rlimits(box_limits))
+    group = box.group(box_limits)
     try:
-        out, ended = _exchange(proc, request, deadline, MAX_JOB_BYTES)
+        proc = subprocess.Popen(box.command(argv, root, env, box_limits),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env={"PATH": os.defpath},
+                                start_new_session=True,
+                                preexec_fn=box.rlimits(box_limits, group))
+        try:
+            out, ended = _exchange(proc, request, deadline, MAX_JOB_BYTES)
+        finally:
+            processes.kill_all(proc.pid, token)
+            proc.wait()
     finally:
-        processes.kill_all(proc.pid, token)
-        proc.wait()
+        if group is not None:
+            if group.oom_kills():
+                notes.append(f"the notebook's box reached its memory limit "
+                             f"({group.memory_bytes / 2**30:g} GiB for the whole box); the "
+                             "kernel ended a process in it")
+            group.close()
     if ended:
         notes.append(ended)
     for line in reversed(out.splitlines()):

@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 
 from dpsim.course.grading import box
+from dpsim.course.grading.box_group import BoxGroup
 from dpsim.course.grading.core import GraderError, check_blob
 from dpsim.course.grading.grade.collect import DUMP_CELL, parse_dump, run_boxed, run_unboxed
 from dpsim.course.grading.grade.submission import (
@@ -74,8 +75,9 @@ class Grader:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return env
 
-    def _sandbox(self) -> Sandbox:
-        """This notebook's own checking process (in its own box when isolated)."""
+    def _sandbox(self, group: BoxGroup | None = None) -> Sandbox:
+        """This notebook's own checking process (in its own box, and its `group`, when
+        isolated)."""
         if not self.isolate:
             return Sandbox(lib=self.copy.root, memory_bytes=self.limits.memory_bytes,
                            env=self.env)
@@ -85,7 +87,7 @@ class Grader:
             return box.command(argv, root, env, limits)
 
         return Sandbox(lib=Path(box.BOX_LIB), memory_bytes=self.limits.memory_bytes,
-                       env=self._box_env(), wrap=wrap, preexec=box.rlimits(limits))
+                       env=self._box_env(), wrap=wrap, preexec=box.rlimits(limits, group))
 
     def collect(self, nb: nbformat.NotebookNode, names: list[str], notes: list[str],
                 deadline: float | None = None) -> dict[str, bytes | str]:
@@ -129,7 +131,8 @@ class Grader:
                                "no check(\"N.M\", ...))")
             return grade
         plan = {ex.exercise_id: graded_name(ex, nb) for ex in exercises}
-        sandbox = self._sandbox()
+        group = box.group(self.box_limits) if self.isolate else None
+        sandbox = self._sandbox(group)
         sandbox.start()  # imports torch while the notebook runs
         try:
             found = self.collect(nb, sorted(set(plan.values())), grade.notes, deadline)
@@ -139,6 +142,12 @@ class Grader:
                     ex, plan[ex.exercise_id], found, seed, grade.notes, sandbox, deadline)
         finally:
             sandbox.close()
+            if group is not None:
+                if group.oom_kills():
+                    grade.notes.append(
+                        f"the checking box reached its memory limit ({group.memory_bytes / 2**30:g}"
+                        " GiB for the whole box); the kernel ended a process in it")
+                group.close()
         grade.seconds = time.monotonic() - started
         return grade
 

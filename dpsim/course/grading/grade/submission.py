@@ -11,11 +11,13 @@ Whose it is is bounded by where it was found: the student id is the one given
 in the common folder itself is its own student (`submissions/alice.ipynb`). The notebook
 metadata `dpsim.student` is the learner's claim and is never trusted: a claim that differs
 is noted. A symbolic link (the file, or a folder between it and the common folder) is not
-followed: it is refused, and nothing of its target is read.
+followed: it is refused, and nothing of its target is read. A hard link to a file with a
+name outside the common folder (a tar archive can make one) is refused too, unread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -114,17 +116,32 @@ def _link_between(path: Path, root: Path) -> Path | None:
     return None
 
 
-def _read_regular(path: Path) -> bytes:
-    """The bytes of `path`, a regular file reached without following a link (OSError
-    otherwise)."""
+def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes and status of `path`, a regular file reached without following a link
+    (OSError otherwise)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path}: not a regular file")
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
+            return f.read(), st
     finally:
         os.close(fd)
+
+
+def _links_outside(st: os.stat_result, root: Path) -> int:
+    """How many of the hard links to the file `st` lie outside `root` (0 for a file with one
+    name; else `root` is searched for the others, without following links)."""
+    if st.st_nlink <= 1:
+        return 0
+    inside = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                other = os.lstat(os.path.join(folder, name))
+                inside += (other.st_ino, other.st_dev) == (st.st_ino, st.st_dev)
+    return max(0, st.st_nlink - inside)
 
 
 @dataclass(frozen=True)
@@ -146,14 +163,25 @@ def read_submission(path: Path, student: str | None = None, root: Path | None = 
     folder). Never raises for a malformed file or a link: `problem` says why it is not
     graded; OSError only where a regular file cannot be read."""
     who = student_id(path, student, root)
-    link = _link_between(path, root if root is not None else path.parent)
+    top = root if root is not None else path.parent
+    link = _link_between(path, top)
     if link is not None:
         what = "the notebook" if link == Path(os.path.abspath(path)) else "its folder"
         return Submission(path, None, who, "link:" + hashlib.sha256(
             os.fsencode(os.path.abspath(path))).hexdigest(),
             f"not graded: {what} is a symbolic link, and links in a submission are not "
             "followed (submit the notebook file itself)")
-    data = _read_regular(path)
+    outside = _links_outside(os.lstat(path), top)
+    if outside:  # a hard link (an unpacked archive's, say) to a file elsewhere: not read
+        return Submission(path, None, who, "link:" + hashlib.sha256(
+            os.fsencode(os.path.abspath(path))).hexdigest(),
+                          f"not graded: the notebook is a hard link to a file outside the "
+                          f"submissions ({outside} other name{'s' if outside > 1 else ''}), "
+                          "and links in a submission are not followed (submit the notebook "
+                          "file itself)")
+    data, st = _read_regular(path)
+    if st.st_nlink > 1 and _links_outside(st, top):
+        raise OSError(f"{path}: replaced by a hard link while it was read")
     digest = hashlib.sha256(data).hexdigest()
     try:
         nb = nbformat.reads(data.decode("utf-8"), as_version=4)

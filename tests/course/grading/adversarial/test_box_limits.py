@@ -14,7 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dpsim.course.grading import box, grade
+from dpsim.course.grading import box, box_group, box_seccomp, grade
+from dpsim.course.grading.box_group import BoxGroup
 
 NO_BOX = box.unavailable()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -46,11 +47,18 @@ def test_a_stopped_job_costs_at_most_its_limit(tmp_path: Path) -> None:
     assert took < limit_s + 15.0, (took, out.getvalue())
 
 
-def _in_box(tmp_path: Path, script: str, limits: box.BoxLimits | None = None
-            ) -> subprocess.CompletedProcess[str]:
+def _in_box(tmp_path: Path, script: str, limits: box.BoxLimits | None = None,
+            group: BoxGroup | None = None) -> subprocess.CompletedProcess[str]:
     argv = box.command(["/bin/sh", "-c", script], None, {}, limits or box.BoxLimits())
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          preexec_fn=box.rlimits(limits or box.BoxLimits()))
+                          preexec_fn=box.rlimits(limits or box.BoxLimits(), group))
+
+
+NO_GROUP = box_group.where()
+needs_group = pytest.mark.skipif(
+    NO_GROUP is not None,
+    reason=f"no control group can be made here ({NO_GROUP}); the box keeps per-process "
+    "limits, which test_a_boxs_tmpfs_counts_in_its_memory_budget covers")
 
 
 def test_a_box_refuses_user_namespaces(tmp_path: Path) -> None:
@@ -74,4 +82,91 @@ def test_a_boxs_tmpfs_counts_in_its_memory_budget(tmp_path: Path) -> None:
                    "du -sm /tmp/fill /dev/shm/fill /home/learner/fill", limits)
     held = sum(int(line.split()[0]) for line in done.stdout.splitlines())
     assert 0 < held <= 1024 + 3, (done.stdout, done.stderr)
-    assert "per process, not per box" in limits.describe()
+    said = limits.describe()
+    assert ("per box (a control group each)" in said if NO_GROUP is None
+            else "per process, not per box" in said), said
+
+
+@needs_group
+def test_a_boxs_memory_is_bounded_as_a_whole(tmp_path: Path) -> None:
+    """Three processes of 600 MiB each in a box of 1 GiB (each under the per-process
+    limit): the box's group never holds more than 1 GiB, and the kernel ends one of them."""
+    limits = box.BoxLimits(memory_bytes=2**30)
+    group = box.group(limits)
+    assert group is not None
+    hold = "python3 -c 'import time; b = b\"x\" * (600 * 2**20); time.sleep(3)'"
+    try:
+        done = _in_box(tmp_path, f"{hold} & {hold} & {hold} & wait", limits, group)
+        peak, killed = group.peak_bytes(), group.oom_kills()
+    finally:
+        group.close()
+    print(f"peak {peak} bytes, {killed} process(es) ended by the kernel")
+    assert peak is not None
+    assert peak <= 2**30, (peak, done.stderr)
+    assert killed >= 1, (peak, done.stdout, done.stderr)
+    assert not group.folders[0].exists()
+
+
+@needs_group
+def test_a_boxs_processes_are_counted_for_it_alone(tmp_path: Path) -> None:
+    """A box allowed 40 processes starts 25 while another box of the same uid holds 60:
+    each box counts its own (RLIMIT_NPROC, as root, would count both); and it cannot
+    start 60 of its own."""
+    crowd_limits, limits = box.BoxLimits(processes=100), box.BoxLimits(processes=40)
+    crowd_group, group = box.group(crowd_limits), box.group(limits)
+    assert crowd_group is not None
+    assert group is not None
+    crowd = subprocess.Popen(box.command(["/bin/sh", "-c", "for i in $(seq 60); do sleep 30 & "
+                                          "done; wait"], None, {}, crowd_limits),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             preexec_fn=box.rlimits(crowd_limits, crowd_group))
+    try:
+        deadline = time.monotonic() + 30
+        while len(crowd_group.members()) < 60 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(crowd_group.members()) >= 60
+        spawn = ("python3 -c 'import subprocess\nn = 0\nfor _ in range({k}):\n"
+                 "    try:\n        subprocess.Popen([\"sleep\", \"5\"])\n"
+                 "        n += 1\n    except OSError:\n        break\n"
+                 "print(\"started\", n)'")
+        some = _in_box(tmp_path, spawn.format(k=25), limits, group)
+        assert "started 25" in some.stdout, (some.stdout, some.stderr)
+        many = _in_box(tmp_path, spawn.format(k=60), limits, group)
+        started = int(many.stdout.split()[-1]) if many.stdout.split() else 0
+        assert started < 40, (many.stdout, many.stderr)
+    finally:
+        crowd.kill()
+        crowd.wait()
+        crowd_group.close()
+        group.close()
+
+
+@pytest.mark.skipif(not box_seccomp.supported(),
+                    reason="the seccomp filter is written for x86-64 only")
+def test_the_seccomp_filter_refuses_what_it_lists(tmp_path: Path) -> None:
+    """process_vm_readv of the box's own process (allowed to any process outside) and
+    io_uring_setup get EPERM in the box; a thread, a fork and torch still work."""
+    probe = (
+        "import ctypes, os, subprocess, threading\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "buf = ctypes.create_string_buffer(8)\n"
+        "iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)\n"
+        "L = ctypes.c_long\n"
+        "n = libc.syscall(L(310), L(os.getpid()), iov, L(1), iov, L(1), L(0))\n"
+        "print('process_vm_readv', n, ctypes.get_errno())\n"
+        "params = ctypes.create_string_buffer(120)\n"
+        "n = libc.syscall(L(425), L(1), params)\n"
+        "print('io_uring_setup', n, ctypes.get_errno())\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "print(subprocess.run(['echo', 'fork'], capture_output=True, text=True).stdout)\n")
+    outside = subprocess.run(["python3", "-c", probe], capture_output=True, text=True,
+                             timeout=60)
+    assert "process_vm_readv 8 " in outside.stdout, outside.stdout  # allowed outside
+    done = _in_box(tmp_path, f"python3 -c \"{probe}\"")
+    lines = done.stdout.splitlines()
+    assert "process_vm_readv -1 1" in lines, (done.stdout, done.stderr)
+    if not outside.stdout.splitlines()[1].startswith("io_uring_setup -1"):  # on outside
+        assert "io_uring_setup -1 1" in lines, (done.stdout, done.stderr)
+    assert "thread" in lines, (done.stdout, done.stderr)
+    assert "fork" in lines, (done.stdout, done.stderr)
+    assert "seccomp filter refuses" in box.hardening()[1]
