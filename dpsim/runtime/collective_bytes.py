@@ -1,0 +1,96 @@
+"""Count the collectives a rank issues and the bytes handed to each (chapters 6 and 8).
+
+`CollectiveBytes` is a `TorchDispatchMode`: inside `with CollectiveBytes() as comm:` every
+c10d collective that goes through torch's dispatcher is recorded with its kind, dtype and
+the bytes of the largest tensor handed to it: the gathered output of an all-gather, the
+full input of a reduce-scatter, the tensor of an all-reduce or broadcast. That is the
+collective's payload (the unsharded size); a rank of a ring sends (N - 1) / N of it per
+all-gather or reduce-scatter, twice that per all-reduce.
+
+What it sees: `torch.distributed`'s Python calls (`dist.all_reduce`, ...), FSDP2's
+all-gathers and reduce-scatters, and DDP's all-reduces once a comm hook is registered
+(`register_comm_hook`; `default_hooks.allreduce_hook` is DDP's own all-reduce). DDP's
+built-in C++ all-reduce, without a hook, calls the process group directly and is not seen.
+
+`sample`, if given, is called after every dispatched op (its result in bytes); the
+largest value is kept in `peak_sample` (e.g. the bytes of parameters FSDP2 holds gathered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# c10d op name (torch.ops.c10d.<name>) -> kind
+KINDS = {
+    "_allgather_base_": "all_gather", "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
+    "broadcast_": "broadcast",
+}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective call: its kind, dtype and payload in bytes."""
+
+    kind: str  # "all_gather", "reduce_scatter", "all_reduce", "broadcast" or the c10d op
+    dtype: str  # e.g. "torch.float32"
+    nbytes: int  # the largest tensor handed to it (the unsharded size)
+
+
+def _tensors(args: Any) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += _tensors(a)
+    return out
+
+
+class CollectiveBytes(TorchDispatchMode):
+    """Record every c10d collective run inside the `with` block (see the module docstring)."""
+
+    def __init__(self, sample: Callable[[], int] | None = None) -> None:
+        super().__init__()
+        self.calls: list[Collective] = []
+        self.sample = sample
+        self.peak_sample = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func.namespace == "c10d":
+            name = func.__name__.split(".")[0]
+            tensors = _tensors(args)
+            if name in KINDS and tensors:
+                big = max(tensors, key=lambda t: t.nbytes)
+                self.calls.append(Collective(KINDS[name], str(big.dtype), int(big.nbytes)))
+        if self.sample is not None:
+            self.peak_sample = max(self.peak_sample, int(self.sample()))
+        return out
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        """Bytes handed to each kind of collective, in the order first seen."""
+        totals: dict[str, int] = {}
+        for c in self.calls:
+            totals[c.kind] = totals.get(c.kind, 0) + c.nbytes
+        return totals
+
+    def calls_by_kind(self) -> dict[str, int]:
+        """Number of calls of each kind, in the order first seen."""
+        counts: dict[str, int] = {}
+        for c in self.calls:
+            counts[c.kind] = counts.get(c.kind, 0) + 1
+        return counts
+
+    def total_bytes(self) -> int:
+        """Bytes handed to every collective together."""
+        return sum(c.nbytes for c in self.calls)
