@@ -32,6 +32,7 @@ from pathlib import Path
 
 from dpsim.course.grading import results
 from dpsim.course.grading.grade.submission import assignment
+from dpsim.course.grading.release.kit import installable_pyproject
 from dpsim.course.grading.stored_cases import KEY_PACKAGE
 
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -108,8 +109,8 @@ def _kit(root: Path, into: Path) -> None:
         raise ValueError(f"root={str(root)!r} holds no answer key: build the autograder "
                          "from the instructor's kit (this repository)")
     shutil.copytree(root / "dpsim", into / "dpsim", ignore=SKIPPED)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(root / name, into / name)
+    (into / "pyproject.toml").write_text(installable_pyproject(root), encoding="utf-8")
+    shutil.copy2(root / "README.md", into / "README.md")
 
 
 def scripts(exercises: str, visibility: str = "visible", cell_timeout_s: float = 60.0,

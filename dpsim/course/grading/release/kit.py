@@ -62,6 +62,17 @@ def key_imports(notebook: Path) -> list[str]:
     return found
 
 
+def installable_pyproject(root: Path) -> str:
+    """`root`'s pyproject.toml with every file under dpsim/ as package data, so that an
+    install that is not editable holds the data files too."""
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    pyproject, n = re.subn(r"\[tool\.setuptools\.package-data\]\n(?:[^\[\n].*\n)*",
+                           PACKAGE_DATA, pyproject)
+    if n != 1:
+        raise ValueError("pyproject.toml: no [tool.setuptools.package-data] table to extend")
+    return pyproject
+
+
 def _write_package(root: Path, out: Path) -> None:
     """dpsim/ without the key, pyproject.toml (every package file as data), README.md."""
     shutil.copytree(root / "dpsim", out / "dpsim", ignore=SKIPPED)
@@ -69,12 +80,7 @@ def _write_package(root: Path, out: Path) -> None:
     for stale in (out / HARNESS_FOLDER, out / DATA_FOLDER):
         if stale.exists():
             shutil.rmtree(stale)
-    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
-    pyproject, n = re.subn(r"\[tool\.setuptools\.package-data\]\n(?:[^\[\n].*\n)*",
-                           PACKAGE_DATA, pyproject)
-    if n != 1:
-        raise ValueError("pyproject.toml: no [tool.setuptools.package-data] table to extend")
-    (out / "pyproject.toml").write_text(pyproject, encoding="utf-8")
+    (out / "pyproject.toml").write_text(installable_pyproject(root), encoding="utf-8")
     shutil.copy2(root / "README.md", out / "README.md")
 
 
