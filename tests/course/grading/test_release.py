@@ -85,9 +85,10 @@ def test_harness_copy_leaves_the_answers_out() -> None:
     the slips and the case makers."""
     source, imports = module_copy("ch01_autocast_checkpoint", {"run_blocks_measured"})
     names = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
-    assert "run_blocks_measured" in names and "build_blocks" in names
+    assert {"run_blocks_measured", "build_blocks"} <= names
     assert not names & {"torch_blocks", "_detached_blocks", "_checkpoint_cases", "torch_step"}
-    assert "@exercise" not in source and imports == {}
+    assert "@exercise" not in source
+    assert imports == {}
     _, imports = module_copy("ch02_p2p_answers", {"ring_explain"})
     assert set(imports) <= {"ch02_ranks"}
 
@@ -191,6 +192,7 @@ def test_students_kit_holds_no_key_and_checks(tmp_path: Path) -> None:
     for ex in (e for e in all_exercises() if e.chapter == 3):
         n = len(ex.cases())
         assert f"PASS {ex.exercise_id} ({n}/{n})" in out, out
-    assert "FAILED Exercise 3.4" in out and "hint:" in out, out
+    assert "FAILED Exercise 3.4" in out, out
+    assert "hint:" in out.split("FAILED Exercise 3.4")[1], out
     print(f"kit built in {built_s:.1f} s, installed in {installed_s:.1f} s, all in "
           f"{time.monotonic() - started:.1f} s", file=sys.stderr)
