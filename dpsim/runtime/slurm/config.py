@@ -13,6 +13,9 @@ from pathlib import Path
 
 KILL_WAIT_S = 5  # seconds between a cancelled step's SIGTERM and SIGKILL (Slurm's default: 30)
 SLURMD_TIMEOUT_S = 30  # a slurmd silent this long marks its node DOWN (Slurm's default: 300)
+# a step's credential lives this long (a step launched later fails); a requeued job may start
+# again CRED_EXPIRE_S + 1 s after its requeue (Slurm's default: 120 s, so 121 s)
+CRED_EXPIRE_S = 10
 
 
 def slurm_conf(*, root: Path, cluster_name: str, ctld_host: str, ctld_port: int,
@@ -28,7 +31,7 @@ def slurm_conf(*, root: Path, cluster_name: str, ctld_host: str, ctld_port: int,
         f"SlurmdUser={user}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={munge_socket}",
+        f"AuthInfo=socket={munge_socket},cred_expire={CRED_EXPIRE_S}",
         "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",  # bind 127.0.0.1, not 0.0.0.0
         "ProctrackType=proctrack/pgid",
         "TaskPlugin=task/none",
@@ -39,6 +42,9 @@ def slurm_conf(*, root: Path, cluster_name: str, ctld_host: str, ctld_port: int,
         "SwitchType=switch/none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",  # jobs share a node by CPUs (a job array's tasks)
+        # the scheduler passes every second (Slurm's defaults: 60 s and 30 s), so a job that
+        # becomes eligible with no event to wake the scheduler (a requeue's hold ends) starts
+        "SchedulerParameters=sched_interval=1,bf_interval=1",
         "ReturnToService=2",  # a restarted slurmd brings its DOWN node back
         f"SlurmdTimeout={SLURMD_TIMEOUT_S}",
         f"KillWait={KILL_WAIT_S}",
