@@ -42,7 +42,7 @@ ifndef TORCH_STEP
 endif
 
 .PHONY: lab test test-fast lint test-gpu gpu-bundle test-floor test-browser bench exercises clean \
-  site site-serve
+  site site-serve cluster
 
 # Switching TORCH later: `make clean` first (an installed torch satisfies every choice).
 $(STAMP): pyproject.toml constraints/ci.txt
@@ -70,6 +70,12 @@ site: $(STAMP)
 
 site-serve: $(STAMP)
 	$(BIN)/python -m dpsim site serve --out build/site --port $(or $(PORT),8000)
+
+# A real Slurm cluster on this machine (README, "A cluster on this machine"): munge, slurmctld
+# and two slurmd on 127.0.0.1 in <tmp>/dpsim-slurm-<uid>. Stop it: python -m dpsim cluster down.
+# Without Slurm's packages it says what to install (.ci/install-slurm on Debian) and fails.
+cluster: $(STAMP)
+	$(BIN)/python -m dpsim cluster up
 
 exercises: $(STAMP)
 	$(BIN)/python -m dpsim exercises build
