@@ -135,6 +135,31 @@ def clip_local_norm(params: list[nn.Parameter], max_norm: float) -> float:
     return float(total)
 
 
+def amp_bf16_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                   y: torch.Tensor) -> tuple[int, int, int]:
+    """bf16 parameters and gradients counted, the moments fp32."""
+    p, _g, o = amp_step(model, optimizer, x, y)
+    return p // 2, p // 2, o
+
+
+def clip_each_total_norm(params: list[nn.Parameter], max_norm: float) -> float:
+    """Each gradient clipped by its own norm; the total norm returned (not in the table)."""
+    total = clip_nothing(params, max_norm)
+    for p in params:
+        clip_torch([p], max_norm)
+    return total
+
+
+def materialize_reversed(model: nn.Module) -> nn.Module:
+    """Initialised, in the wrong order (was told "allocated but not initialised")."""
+    model.to_empty(device="cpu")
+    for m in reversed(list(model.modules())):
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return model
+
+
 def materialize_empty_only(model: nn.Module) -> nn.Module:
     return model.to_empty(device="cpu")
 
@@ -151,10 +176,13 @@ WRONG: list[tuple[str, Callable[..., Any], str]] = [
     ("9.1", amp_fp32, "torch.autocast"),
     ("9.1", amp_zero_scheme, "ZeRO's scheme"),
     ("9.1", amp_no_step_scalar, "`step`"),
+    ("9.1", amp_bf16_bytes, "bf16 bytes"),
+    ("9.2", clip_each_total_norm, "its own norm"),
     ("9.2", clip_each, "its own norm"),
     ("9.2", clip_nothing, "unchanged"),
     ("9.2", clip_local_norm, ".to_local()"),
-    ("9.3", materialize_empty_only, "reset_parameters()"),
+    ("9.3", materialize_empty_only, "allocated but not initialised"),
+    ("9.3", materialize_reversed, "in another order"),
     ("9.3", materialize_nothing, "to_empty"),
 ]
 
@@ -165,6 +193,8 @@ def test_wrong_answers_are_caught(exercise_id: str, fn: Callable[..., Any], hint
     assert not result.ok
     assert result.message is not None
     assert hint in result.message
+    if fn is materialize_reversed:
+        assert "allocated but not initialised" not in result.message
     with pytest.raises(ExerciseFailed):
         check(exercise_id, fn)
 

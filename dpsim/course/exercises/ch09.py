@@ -10,6 +10,7 @@ and returns plain data (lists of floats, ints, strings).
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -108,7 +109,9 @@ def _amp_cases(rng: random.Random) -> Iterator[Case]:
         yield Case(f"a Linear-LayerNorm-GELU-Linear model of width {width}, batch {batch}, "
                    f"seed {seed}, Adam", expected=right,
                    call=_call_amp, kwargs={"width": width, "batch": batch, "seed": seed},
+                   explain=functools.partial(_explain_amp, n, zero["bytes"]),
                    mistakes={
+                       BF16_BYTES: dict(right, bytes=[2 * n, 2 * n, 4 * n + 4 * 6]),
                        "the parameters after the step are those of an fp32 step: run the "
                        "forward and the loss inside torch.autocast('cpu', torch.bfloat16)":
                            dict(fp32, bytes=measured),
@@ -117,6 +120,20 @@ def _amp_cases(rng: random.Random) -> Iterator[Case]:
                        "per element": zero,
                        "Adam keeps a 4-byte `step` tensor for every parameter tensor": no_step,
                    })
+
+
+BF16_BYTES = ("you counted bf16 bytes (2 per element); under torch.autocast the parameters stay "
+              "fp32, and so do their gradients and Adam's moments: autocast casts copies for "
+              "the ops inside it, so 4 + 4 + 8 bytes per element")
+
+
+def _explain_amp(n: int, zero: list[int], answer: Any) -> str | None:
+    """Parameters or gradients counted at 2 bytes an element (but not ZeRO's whole scheme,
+    which has its own hint)."""
+    said = answer.get("bytes") if isinstance(answer, dict) else None
+    if isinstance(said, list) and said != zero and 2 * n in said[:2]:
+        return f"looks like {BF16_BYTES}"
+    return None
 
 
 # --- 9.2 clipping that works when gradients are DTensors ---------------------------------
@@ -223,9 +240,10 @@ def _clip_cases(rng: random.Random) -> Iterator[Case]:
     for (dtensor, max_norm), grads in zip(plan, grads_of, strict=True):
         right = _reference_clip(grads, max_norm)
         each = [_reference_clip([g], max_norm) for g in grads]
+        each_grads = [e["grads"][0] for e in each]
+        explain = functools.partial(_explain_clip, each_grads, right["grads"])
         mistakes = {
-            "you clipped each gradient by its own norm; the norm is over all of "
-            "them together": {"norm": each[0]["norm"], "grads": [e["grads"][0] for e in each]},
+            PER_PARAMETER: {"norm": each[0]["norm"], "grads": each_grads},
             "gradients are unchanged: scale every p.grad in place by "
             "max_norm / (total_norm + 1e-6) when that is below 1":
                 _reference_clip(grads, max_norm, scale=False),
@@ -233,17 +251,35 @@ def _clip_cases(rng: random.Random) -> Iterator[Case]:
         label = f"{len(grads)} parameters, max_norm={max_norm}, "
         if not dtensor:
             yield Case(label + "plain tensors", expected=right, call=_call_clip,
-                       kwargs={"grads": grads, "max_norm": max_norm}, mistakes=mistakes)
+                       kwargs={"grads": grads, "max_norm": max_norm}, mistakes=mistakes,
+                       explain=explain)
             continue
         index = next(i for i, s in enumerate(specs) if s["grads"] is grads)
         yield Case(label + f"gradients are DTensors sharded on dim 0 over a {MESH_RANKS}-rank "
                    "mesh (every rank's answer)", args=(specs, index), expected=[right] * MESH_RANKS,
-                   call=run_clip,
+                   call=run_clip, explain=explain,
                    mistakes={**{words: [wrong] * MESH_RANKS for words, wrong in mistakes.items()},
                              "each rank clipped by the norm of its own shards (.to_local()); "
                              "sum the squares over the DTensors themselves, so the mesh "
                              "reduces them, and take .full_tensor() of the result":
                                  _local_norm_clip(grads, max_norm, MESH_RANKS)})
+
+
+PER_PARAMETER = ("you clipped each gradient by its own norm; the norm is over all of them "
+                 "together (one total norm, one coefficient for every gradient)")
+
+
+def _explain_clip(each: list[list[float]], right: list[list[float]], answer: Any
+                  ) -> str | None:
+    """Gradients clipped one by one, whatever norm the function returned (on every rank)."""
+    from dpsim.course.grading.compare import same
+
+    rows = answer if isinstance(answer, list) else [answer]
+    grads = [r.get("grads") if isinstance(r, dict) else None for r in rows]
+    if grads and not same(each, right, 1e-5) and all(
+            same(g, each, 1e-5, 1e-7) for g in grads):
+        return f"looks like {PER_PARAMETER}"
+    return None
 
 
 # --- 9.3 meta-device initialisation ------------------------------------------------------
@@ -270,34 +306,79 @@ def _call_meta(fn: Callable[..., Any], *, widths: list[int], seed: int) -> dict[
 NOT_INITIALISED = ("looks like the parameters were allocated but not initialised: after "
                    "model.to_empty(device='cpu'), call reset_parameters() on every module "
                    "that has one (to_empty leaves whatever the memory held)")
+WRONG_ORDER = ("your parameters are initialised, but not as an eager build draws them: the "
+               "random numbers go to the modules in another order. Call reset_parameters() "
+               "on the modules in model.modules() order, the order the eager constructor ran "
+               "them in")
+INIT_ROUNDING = 1e-6  # the answer's values are rounded to 6 decimals (`_params`)
 
 
-def _explain_meta(answer: Any) -> str | None:
-    """Allocated (nothing on meta) but wrong values: to_empty without reset_parameters."""
+def _initialised(widths: list[int], params: Any) -> bool:
+    """Whether `params` (an answer's) are values torch's own initialisers give this model:
+    every Linear weight and bias within +-1/sqrt(fan_in), every LayerNorm weight 1 and
+    bias 0 (a random model in the wrong order looks so; memory left by to_empty does not)."""
+    model = _meta_model_shapes(widths)
+    rules: list[tuple[float, float]] = []  # (lowest, highest) of each parameter's values
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            bound = 1 / m.in_features ** 0.5
+            rules += [(-bound, bound)] * len(list(m.parameters(recurse=False)))
+        elif isinstance(m, nn.LayerNorm):
+            rules += [(1.0, 1.0), (0.0, 0.0)]
+    if not isinstance(params, list) or len(params) != len(rules):
+        return False
+    try:
+        return all(isinstance(values, list) and values and all(
+            low - INIT_ROUNDING <= float(v) <= high + INIT_ROUNDING for v in values)
+            for values, (low, high) in zip(params, rules, strict=True))
+    except (TypeError, ValueError):
+        return False
+
+
+def _meta_model_shapes(widths: list[int]) -> nn.Module:
+    with torch.device("meta"):
+        return _meta_model(widths)
+
+
+def _explain_meta(widths: list[int], answer: Any) -> str | None:
+    """Allocated (nothing on meta) but wrong values: initialised in another order, or
+    to_empty without reset_parameters."""
     if isinstance(answer, dict) and answer.get("on_meta") == 0:
-        return NOT_INITIALISED
+        return (f"looks like {WRONG_ORDER}" if _initialised(widths, answer.get("params"))
+                else NOT_INITIALISED)
     return None
+
+
+def _reversed_init(widths: list[int], seed: int) -> list[list[float]]:
+    """The parameters when reset_parameters runs on the modules in reverse order."""
+    with torch.device("meta"):
+        model = _meta_model(widths)
+    model.to_empty(device="cpu")
+    torch.manual_seed(seed)
+    for m in reversed(list(model.modules())):
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return _params(model)
 
 
 @exercise("9.3", function="materialize", title="Initialise a model built on the meta device",
           points=2)
 def _meta_cases(rng: random.Random) -> Iterator[Case]:
-    for _ in range(3):
-        widths = [rng.randint(2, 6) for _ in range(rng.randint(2, 4))]
+    for index in range(3):
+        # the first case has two Linear layers at least, so that their order shows
+        widths = [rng.randint(2, 6) for _ in range(rng.randint(3 if index == 0 else 2, 4))]
         seed = rng.randint(0, 999)
         torch.manual_seed(seed)
         eager = _meta_model(widths)
         expected = {"on_meta": 0, "params": _params(eager)}
-        ones = _meta_model(widths)
-        for m in ones.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.zeros_(m.weight)
-                nn.init.zeros_(m.bias)
         yield Case(f"Linear/LayerNorm/GELU widths {widths}, torch.manual_seed({seed}) before "
-                   "your call", expected=expected, explain=_explain_meta,
+                   "your call", expected=expected, explain=functools.partial(_explain_meta,
+                                                                             widths),
                    call=_call_meta, kwargs={"widths": widths, "seed": seed},
                    mistakes={
                        "parameters are still on the meta device: allocate them with "
                        "model.to_empty(device='cpu')":
                            {"on_meta": len(list(eager.parameters())), "params": ON_META},
+                       WRONG_ORDER: {"on_meta": 0, "params": _reversed_init(widths, seed)},
                    })
