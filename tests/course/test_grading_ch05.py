@@ -184,7 +184,7 @@ def test_5_1_and_5_3_have_their_edge_cases() -> None:
 
 # --- 5.4 ----------------------------------------------------------------------------------
 def train_ddp(rank, world_size, init_method, data, config, checkpoint_path,  # type: ignore[no-untyped-def]
-              use_no_sync=True, forward_inside=True, destroy=True):
+              use_no_sync=True, forward_inside=True, destroy=True, barrier="after"):
     from contextlib import nullcontext
 
     from torch import nn
@@ -214,9 +214,12 @@ def train_ddp(rank, world_size, init_method, data, config, checkpoint_path,  # t
             if last:
                 opt.step()
                 opt.zero_grad()
+    if barrier == "before":
+        dist.barrier()
     if rank == 0:
         torch.save(ddp.module.state_dict(), checkpoint_path)
-    dist.barrier()
+    if barrier == "after":
+        dist.barrier()
     state = torch.load(checkpoint_path, map_location="cpu")
     if destroy:
         dist.destroy_process_group()
@@ -237,13 +240,24 @@ def train_without_destroy(rank, world_size, init_method, data, config, path):  #
     return train_ddp(rank, world_size, init_method, data, config, path, destroy=False)
 
 
+def train_without_barrier(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
+    """Passed when rank 0 happened to save first, failed when not: now decided."""
+    return train_ddp(rank, world_size, init_method, data, config, path, barrier="none")
+
+
+def train_barrier_before_save(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
+    return train_ddp(rank, world_size, init_method, data, config, path, barrier="before")
+
+
 # The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
 # graded cell runs it (`PASS 5.4 (2/2)`, compared by nbval).
 @pytest.mark.slow
 @pytest.mark.parametrize(("fn", "words"), [
     (train_without_no_sync, "the forward as well as the backward"),
     (train_backward_only_in_no_sync, "a backward alone inside no_sync still all-reduces"),
-    (train_without_destroy, "you did not destroy the process group")])
+    (train_without_destroy, "you did not destroy the process group"),
+    (train_without_barrier, "call dist.barrier() after rank 0's torch.save"),
+    (train_barrier_before_save, "call dist.barrier() after rank 0's torch.save")])
 def test_5_4_mistakes_earn_0_with_their_own_hint(fn: Callable[..., Any], words: str) -> None:
     """Synced micro-batches give the same parameters (the count says); so does a group left
     open (each rank says)."""
@@ -353,6 +367,15 @@ def attach_no_partial(model, bucket_cap_bytes, world_size):  # type: ignore[no-u
 
 def stub(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
     raise NotImplementedError("Exercise 5.5: write your code here")
+
+
+def train_without_barrier(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
+    """Passed when rank 0 happened to save first, failed when not: now decided."""
+    return train_ddp(rank, world_size, init_method, data, config, path, barrier="none")
+
+
+def train_barrier_before_save(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
+    return train_ddp(rank, world_size, init_method, data, config, path, barrier="before")
 
 
 # The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
