@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from dpsim.__main__ import main
 from dpsim.course.plan_command import predict
+from dpsim.runtime import slurm
+from dpsim.runtime.launch.ports import free_port
 from dpsim.runtime.slurm_script import JobSpec, sbatch_script
 from dpsim.sim import get_cluster, get_workload, plan
+
+TRAIN_DDP = Path(__file__).resolve().parents[2] / "scripts" / "train_ddp.py"  # chapter 5's
 
 ISSUE_EXAMPLE = ["plan", "--model", "llama-7b", "--cluster", "dgx-h100", "--nodes", "4",
                  "--strategy", "fsdp"]
@@ -144,3 +150,40 @@ def test_predict_is_the_planners_step() -> None:
                     2 * get_cluster("h100-ib-4").devices_per_node,
                     8 * get_cluster("h100-ib-4").devices_per_node)
     assert p.result == expected
+
+
+# --- the written script on a real (one-machine) Slurm cluster ------------------------------
+
+NO_SLURM = slurm.available()
+needs_slurm = pytest.mark.skipif(
+    NO_SLURM is not None and not os.environ.get("DPSIM_REQUIRE_SLURM"),
+    reason=f"Slurm is not installed here: {NO_SLURM}")
+
+
+@pytest.mark.slow  # a Slurm cluster and a 2-node torchrun job: about 20-40 s
+@needs_slurm
+def test_the_written_script_runs_to_completion_on_the_test_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    job = tmp_path / "job.sh"
+    assert main(["plan", "--model", "gpt2-124m", "--cluster", "dgx-h100", "--nodes", "2",
+                 "--strategy", "ddp", "--gpus-per-node", "0", "--port", str(free_port()),
+                 "--time", "10", "--train", f"{TRAIN_DDP} --steps 3", "--sbatch", str(job)]
+                ) == 0
+    capsys.readouterr()
+    # the job inherits the submitter's environment (sbatch exports it): this torchrun first
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    root = tmp_path / "slurm"
+    cluster = slurm.up(root, nodes=2)
+    try:
+        job_id = slurm.submit(cluster, job, cwd=tmp_path)
+        state = slurm.wait(cluster, job_id, timeout_s=240)
+        log = slurm.job_log(state)
+    finally:
+        slurm.down(root)
+    assert state.ok, (state, log[-3000:])
+    assert state.nodes == "n[1-2]"
+    assert "world_size 2, backend gloo" in log
+    checksums = re.findall(r"rank [01]/2: final loss \S+, checksum (\S+)", log)
+    assert len(checksums) == 2, log[-3000:]
+    assert checksums[0] == checksums[1]  # DDP: the same parameters on both nodes
