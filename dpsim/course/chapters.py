@@ -43,7 +43,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "FSDP2 on gloo processes, shards measured", "FSDP2 over NCCL", 2,
             "FSDP timeline and memory, ZeRO stages 0-3"),
     Chapter(7, "07_choosing_a_strategy.ipynb", "Choosing a strategy at cluster scale",
-            "nothing (simulation only)", "nothing (simulation only)", 0,
+            "DDP and FSDP2 on 2 gloo ranks: model-state bytes per rank beside the planner's",
+            "DDP and FSDP2 on 2 gloo ranks: model-state bytes per rank beside the planner's", 0,
             "every strategy on clusters up to 1024 devices"),
     Chapter(8, "08_myths_lab.ipynb", "Myths lab: popular claims tested",
             "claims measured on gloo processes, DP re-enacted on threads, torch's source; "

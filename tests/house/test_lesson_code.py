@@ -34,6 +34,10 @@ API_IN_VIEW: dict[str, list[str]] = {
     "06_fsdp": ["init_device_mesh", "fully_shard", "reshard_after_forward", "to_local",
                 "full_tensor", "set_requires_gradient_sync"],
 
+    # chapter 07: the planner's numbers next to the torch calls they stand for
+    "07_choosing_a_strategy": ["DistributedDataParallel", "bucket_cap_mb", "init_device_mesh",
+                               "fully_shard", "reshard_after_forward", "PRECISION_SETTINGS"],
+
     # chapters 09-10
     "09_precision_and_memory": ["torch.autocast", "MixedPrecisionPolicy", "checkpoint",
                                 "clip_grad_norm_", "to_empty"],

@@ -170,6 +170,21 @@ def test_planner_knobs_and_their_refusals() -> None:
         plan(w, node, "fsdp", 8, 64, activation_checkpointing=wrong("yes"))
 
 
+def test_plan_model_state_bytes_are_the_policy_bytes() -> None:
+    """DDP in fp32 keeps 4 + 4 + 8 B/param (+ Adam's step per tensor) on every device;
+    ZeRO-3 splits them over the devices; DP's replicas hold none after the step."""
+    w, node = get_workload("gpt2-124m"), get_cluster("h100-node")
+    full = policy_model_state_bytes(w.n_params, w.n_param_tensors,
+                                    precision_policy("fp32")).model_states
+    ddp = plan(w, node, "ddp", 8, 64, precision="fp32")
+    assert ddp.model_state_bytes == (full,) * 8
+    fsdp = plan(w, node, "fsdp", 8, 64, precision="fp32")
+    assert len(set(fsdp.model_state_bytes)) == 1
+    assert fsdp.model_state_bytes[0] == pytest.approx(full / 8, rel=1e-3)
+    dp = plan(w, node, "dp", 4, 64, precision="fp32")
+    assert dp.model_state_bytes[0] == full and dp.model_state_bytes[1:] == (0, 0, 0)
+
+
 def test_bad_policy_names_its_field() -> None:
     with raises_naming("name"):
 
