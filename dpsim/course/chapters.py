@@ -70,6 +70,12 @@ CHAPTERS: tuple[Chapter, ...] = (
             "dist.all_reduce timed on gloo processes, the alpha-beta fit's held-out error", 0,
             "every published nccl-tests point beside dpsim's prediction; NCCL's protocol "
             "choice"),
+    Chapter(12, "12_on_a_cluster.ipynb", "On a cluster: Slurm and torchrun",
+            "a real Slurm on this machine (two nodes on 127.0.0.1): DDP under srun torchrun "
+            "and under srun alone, a node lost and the FSDP2 job requeued from its DCP "
+            "checkpoint (gloo)",
+            "the same (the jobs run gloo; on your cluster: --gpus-per-node and NCCL)", 0,
+            "the planner's prediction in the job python -m dpsim plan --sbatch writes"),
 )
 
 

@@ -44,6 +44,12 @@ API_IN_VIEW: dict[str, list[str]] = {
     "10_checkpoints_and_failures": ["dcp.save", "dcp.load", "init_device_mesh",
                                     "--max-restarts", "Join"],
 
+    # chapter 12: the job scripts are in view
+    "12_on_a_cluster": ["#SBATCH --nodes", "--ntasks-per-node", "srun --kill-on-bad-exit",
+                        "torchrun --nnodes", "--rdzv-backend=c10d", "--rdzv-id",
+                        "SLURM_PROCID", "--requeue", "--open-mode=append", "dcp.save",
+                        "dcp.load", "fully_shard"],
+
 }
 
 # chapter file stems whose prose is lean
@@ -67,6 +73,7 @@ LEAN: list[str] = [
     "09_precision_and_memory",
     "10_checkpoints_and_failures",
     "11_how_far_to_trust_dpsim",
+    "12_on_a_cluster",
 
 ]
 
