@@ -11,6 +11,9 @@ What it sees: `torch.distributed`'s Python calls (`dist.all_reduce`, ...), FSDP2
 all-gathers and reduce-scatters, and DDP's all-reduces once a comm hook is registered
 (`register_comm_hook`; `default_hooks.allreduce_hook` is DDP's own all-reduce). DDP's
 built-in C++ all-reduce, without a hook, calls the process group directly and is not seen.
+A dispatch mode holds for its own thread only; a collective that a future's callback
+issues on another thread (PowerSGD's second and third all-reduce run on gloo's thread) is
+seen through `torch.distributed`'s functions in `OFF_THREAD`, which the `with` block wraps.
 
 `sample`, if given, is called after every dispatched op (its result in bytes); the
 largest value is kept in `peak_sample` (e.g. the bytes of parameters FSDP2 holds gathered).
@@ -18,11 +21,13 @@ largest value is kept in `peak_sample` (e.g. the bytes of parameters FSDP2 holds
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # c10d op name (torch.ops.c10d.<name>) -> kind
@@ -34,6 +39,9 @@ KINDS = {
     "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce",
     "broadcast_": "broadcast",
 }
+# torch.distributed's functions watched on other threads -> kind
+OFF_THREAD = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
+              "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast"}
 
 
 @dataclass(frozen=True)
@@ -63,16 +71,42 @@ class CollectiveBytes(TorchDispatchMode):
         self.calls: list[Collective] = []
         self.sample = sample
         self.peak_sample = 0
+        self._thread = threading.get_ident()
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> CollectiveBytes:
+        self._thread = threading.get_ident()
+        self._saved = {name: getattr(dist, name) for name in OFF_THREAD}
+        for name, real in self._saved.items():
+            setattr(dist, name, self._watch(name, real))
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        for name, real in self._saved.items():
+            setattr(dist, name, real)
+
+    def _record(self, kind: str, args: Any) -> None:
+        tensors = _tensors(args)
+        if tensors:
+            big = max(tensors, key=lambda t: t.nbytes)
+            self.calls.append(Collective(kind, str(big.dtype), int(big.nbytes)))
+
+    def _watch(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self._thread:  # the dispatch mode sees its own thread
+                self._record(OFF_THREAD[name], (*args, *kwargs.values()))
+            return real(*args, **kwargs)
+        return call
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if func.namespace == "c10d":
             name = func.__name__.split(".")[0]
-            tensors = _tensors(args)
-            if name in KINDS and tensors:
-                big = max(tensors, key=lambda t: t.nbytes)
-                self.calls.append(Collective(KINDS[name], str(big.dtype), int(big.nbytes)))
+            if name in KINDS and threading.get_ident() == self._thread:  # else: _watch
+                self._record(KINDS[name], args)
         if self.sample is not None:
             self.peak_sample = max(self.peak_sample, int(self.sample()))
         return out
