@@ -41,6 +41,8 @@ def code_cells(notebook: Path) -> Iterator[tuple[int, ast.Module]]:
         if cell["cell_type"] != "code":
             continue
         lines = "".join(cell["source"]).splitlines()
+        if lines and lines[0].startswith("%%writefile") and not lines[0].rstrip().endswith(".py"):
+            continue  # a job script or other text the cell writes, not Python
         source = "\n".join("" if ln.lstrip().startswith(("%", "!")) or "= !" in ln else ln
                            for ln in lines)
         yield i, ast.parse(source)
