@@ -19,7 +19,8 @@ from dpsim.course.grading import run_check
 def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor, lr: float,
             stop_at: int, *, keep_optimizer: bool = True, restart_at: int | None = None,
             rebuild: bool = True, load_model: bool = True, to_file: bool = True,
-            checkpoint: bool = True) -> dict[str, Any]:
+            checkpoint: bool = True, steps_after: int | None = None, zero_grad: bool = True,
+            save_optimizer: bool = True) -> dict[str, Any]:
     """A learner's resume: checkpoint through a real file; the flags make the usual mistakes
     (checkpoint=False: train straight through, with no checkpoint at all)."""
     def fresh() -> tuple[nn.Linear, torch.optim.Adam]:
@@ -28,7 +29,8 @@ def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor
 
     def train(model: nn.Module, opt: torch.optim.Optimizer, steps: range) -> None:
         for s in steps:
-            opt.zero_grad()
+            if zero_grad:
+                opt.zero_grad()
             nn.functional.cross_entropy(model(xs[s]), ys[s]).backward()
             opt.step()
 
@@ -41,7 +43,8 @@ def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor
         return {k: v.detach().tolist() for k, v in model.state_dict().items()}
     with tempfile.TemporaryDirectory() as d:
         path: Any = os.path.join(d, "c.pt") if to_file else io.BytesIO()
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}
+                   if save_optimizer else {"model": model.state_dict()}, path)
         if rebuild:
             model, opt = fresh()
         if not to_file:
@@ -51,7 +54,8 @@ def _resume(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor
         model.load_state_dict(state["model"])
     if keep_optimizer:
         opt.load_state_dict(state["optimizer"])
-    train(model, opt, range(stop_at if restart_at is None else restart_at, len(xs)))
+    start = stop_at if restart_at is None else restart_at
+    train(model, opt, range(start, len(xs) if steps_after is None else start + steps_after))
     return {k: v.detach().tolist() for k, v in model.state_dict().items()}
 
 
@@ -136,6 +140,50 @@ def test_10_1_save_and_load_imported_by_name_are_watched() -> None:
     assert namespace["save"] is torch.save  # put back
 
 
+def test_10_1_model_and_optimizer_in_two_files_pass() -> None:
+    """A right answer the check failed: the second torch.save's tensors replaced the
+    first's, so the model loaded from the first file looked as if nothing was loaded."""
+    def two_files(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor,
+                  lr: float, stop_at: int) -> dict[str, Any]:
+        model = nn.Linear(xs.shape[2], weights["weight"].shape[0])
+        model.load_state_dict(weights)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        steps = [range(stop_at), range(stop_at, len(xs))]
+        for part in (0, 1):
+            if part:
+                with tempfile.TemporaryDirectory() as d:
+                    torch.save(model.state_dict(), os.path.join(d, "model.pt"))
+                    torch.save(opt.state_dict(), os.path.join(d, "optim.pt"))
+                    model = nn.Linear(xs.shape[2], weights["weight"].shape[0])
+                    opt = torch.optim.Adam(model.parameters(), lr=lr)
+                    model.load_state_dict(torch.load(os.path.join(d, "model.pt")))
+                    opt.load_state_dict(torch.load(os.path.join(d, "optim.pt")))
+            for s in steps[part]:
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(xs[s]), ys[s]).backward()
+                opt.step()
+        return {k: v.detach().tolist() for k, v in model.state_dict().items()}
+
+    assert run_check("10.1", two_files).ok
+
+
+def test_10_1_replayed_data_and_no_zero_grad_are_named() -> None:
+    def replayed(*a: Any) -> dict[str, Any]:
+        stop_at, steps = a[4], len(a[1])
+        return _resume(*a, restart_at=0, steps_after=steps - stop_at)
+
+    def no_zero_grad(*a: Any) -> dict[str, Any]:
+        return _resume(*a, zero_grad=False)
+
+    for fn, words in ((replayed, "data from step 0 again"),
+                      (no_zero_grad, "never zeroed"),
+                      (lambda *a: _resume(*a, keep_optimizer=False, save_optimizer=False),
+                       "optimizer state was not saved")):
+        r = run_check("10.1", fn)
+        assert r.passed == 0, r.message
+        assert words in (r.message or ""), r.message
+
+
 def test_10_1_never_loading_fails() -> None:
     def no_load(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor,
                 lr: float, stop_at: int) -> dict[str, Any]:
@@ -188,3 +236,27 @@ def test_10_3_formula_and_mistakes() -> None:
     assert whole.message is not None
     assert "gradient shard" in whole.message
     assert not run_check("10.3", lambda n, w, f, b: {"shard": 0, "replicate": 0}).ok
+
+
+def test_10_3_the_factor_3_is_named() -> None:
+    """Each slip of the factor 3 has its own hint (they had the generic one), even when the
+    other count is wrong too."""
+    def one(n: int, w: int, f: int, b: int) -> dict[str, int]:
+        return {**_traffic(n, w, f, b), "shard": n * b * (f - 1) // f}
+
+    def whole(n: int, w: int, f: int, b: int) -> dict[str, int]:
+        return {**_traffic(n, w, f, b), "shard": 3 * n * b}
+
+    def everywhere(n: int, w: int, f: int, b: int) -> dict[str, int]:
+        return {**_traffic(n, w, f, b), "replicate": 3 * _traffic(n, w, f, b)["replicate"]}
+
+    def one_and_everywhere(n: int, w: int, f: int, b: int) -> dict[str, int]:
+        return {"shard": one(n, w, f, b)["shard"], "replicate": everywhere(n, w, f, b)[
+            "replicate"]}
+
+    for fn, words in ((one, ["one transfer"]), (whole, ["not all of it"]),
+                      (everywhere, ["the shard group's alone"]),
+                      (one_and_everywhere, ["one transfer", "the shard group's alone"])):
+        result = run_check("10.3", fn)
+        assert not result.ok, fn.__name__
+        assert all(w in (result.message or "") for w in words), (fn.__name__, result.message)

@@ -16,6 +16,7 @@ apart.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import weakref
@@ -32,15 +33,19 @@ from dpsim.sim import hsdp_traffic
 
 
 def _train(weights: dict[str, torch.Tensor], xs: torch.Tensor, ys: torch.Tensor, lr: float,
-           plan: list[tuple[int, bool]]) -> dict[str, list[float]]:
-    """Train a Linear layer with Adam on the (step, fresh optimizer) plan; plain answer."""
+           plan: list[tuple[int, bool]], zero_grad_from: int | None = None
+           ) -> dict[str, list[float]]:
+    """Train a Linear layer with Adam on the (step, fresh optimizer) plan; plain answer.
+    `zero_grad_from` (a slip): no zero_grad, the gradients summing up from that index of
+    the plan on (a new model after the checkpoint starts with none) and from the start."""
     model = nn.Linear(xs.shape[2], weights["weight"].shape[0])
     model.load_state_dict({k: v.clone() for k, v in weights.items()})
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    for step, fresh in plan:
+    for index, (step, fresh) in enumerate(plan):
         if fresh:
             opt = torch.optim.Adam(model.parameters(), lr=lr)
-        opt.zero_grad()
+        if zero_grad_from is None or index in (0, zero_grad_from):
+            opt.zero_grad()
         nn.functional.cross_entropy(model(xs[step]), ys[step]).backward()
         opt.step()
     return {k: v.detach().tolist() for k, v in model.state_dict().items()}
@@ -91,10 +96,10 @@ class _ResumeWatch:
         def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
             out = real(obj, f, *args, **kwargs)
             path = _path(f)
-            if path is not None:
-                self.saved.add(path)
-                self.copies = [t.detach().clone() for t in _tensors(obj)
-                               if t.is_floating_point()]
+            if path is not None:  # every file's tensors: a model and its optimizer may be
+                self.saved.add(path)  # saved in two files
+                self.copies += [t.detach().clone() for t in _tensors(obj)
+                                if t.is_floating_point()]
             return out
 
         return save
@@ -197,6 +202,8 @@ def _resume_cases(rng: random.Random) -> Iterator[Case]:
         fresh_opt = [(s, s == stop_at) for s in range(steps)]
         again = [(s, False) for s in range(stop_at)] + [(s, False) for s in range(steps)]
         skipped = [(s, False) for s in range(steps) if s != stop_at]
+        replayed = [(s, False) for s in range(stop_at)] + [(s, False)
+                                                           for s in range(steps - stop_at)]
 
         def outcome(params: dict[str, list[float]], resumed: str = FROM_CHECKPOINT
                     ) -> dict[str, Any]:
@@ -212,6 +219,12 @@ def _resume_cases(rng: random.Random) -> Iterator[Case]:
                        "checkpoint": outcome(_train(weights, xs, ys, lr, again)),
                        "one step was skipped after resuming (off by one)":
                            outcome(_train(weights, xs, ys, lr, skipped)),
+                       "after resuming you trained on the data from step 0 again (xs[0], "
+                       "xs[1], ...); go on with the batches after the checkpoint's step":
+                           outcome(_train(weights, xs, ys, lr, replayed)),
+                       "the gradients were never zeroed: call optimizer.zero_grad() before "
+                       "every backward (backward adds into p.grad)":
+                           outcome(_train(weights, xs, ys, lr, straight, zero_grad_from=stop_at)),
                        **{words: outcome(right, kind) for kind, words in HINTS.items()},
                    })
 
@@ -255,6 +268,29 @@ def _reshard_cases(rng: random.Random) -> Iterator[Case]:
 # --- 10.3 HSDP traffic per mesh dimension --------------------------------------------------
 
 
+ONE_TRANSFER = ("you counted one transfer of the model in the shard group; FSDP sends three "
+                "per step: an all-gather in the forward, another in the backward (the "
+                "parameters were resharded after the forward) and a reduce-scatter of the "
+                "gradients, each (F-1)/F of the model: 3 (F-1)/F M")
+TWO_TRANSFERS = ("FSDP all-gathers twice (forward and backward) and reduce-scatters once: 3 "
+                 "transfers of (F-1)/F of the model")
+WHOLE_MODEL = ("each of the 3 transfers sends (F-1)/F of the model, not all of it: a rank "
+               "keeps its own 1/F; and with F = 1 nothing goes over the shard group")
+REPLICATE_TIMES_3 = ("the factor 3 is the shard group's alone: across replicas one "
+                     "all-reduce of the gradient shard (2 (R-1)/R of M/F) runs per step, "
+                     "no all-gathers")
+
+
+def _explain_traffic(shards: dict[int, str], replicates: dict[int, str], answer: Any
+                     ) -> str | None:
+    """A shard or replicate count named by its own slip, whatever the other one is."""
+    if not isinstance(answer, dict):
+        return None
+    pairs = ((shards, answer.get("shard")), (replicates, answer.get("replicate")))
+    words = [table[v] for table, v in pairs if isinstance(v, int) and v in table]
+    return "looks like " + "; and ".join(words) if words else None
+
+
 @exercise("10.3", function="hsdp_bytes_sent",
           title="Bytes one device sends per step along each mesh dimension of HSDP", points=2,
           forbidden=("dpsim.sim.strategies.fsdp.hsdp.hsdp_traffic",
@@ -265,15 +301,21 @@ def _traffic_cases(rng: random.Random) -> Iterator[Case]:
         t = hsdp_traffic(n_params, world, shard, 2)
         m = 2 * n_params
         r = world // shard
+        shards = {m * (shard - 1) // shard: ONE_TRANSFER,
+                  2 * m * (shard - 1) // shard: TWO_TRANSFERS, 3 * m: WHOLE_MODEL}
+        replicates = {3 * t.replicate_bytes: REPLICATE_TIMES_3}
+        shards.pop(t.shard_bytes, None)  # F = 1: every count of the shard group is 0
+        replicates.pop(t.replicate_bytes, None)  # R = 1: nothing across replicas
         yield Case(f"n_params={n_params:,} (bf16), world_size={world}, shard_size={shard}",
                    args=(n_params, world, shard, 2),
                    expected={"shard": t.shard_bytes, "replicate": t.replicate_bytes},
+                   explain=functools.partial(_explain_traffic, shards, replicates),
                    mistakes={
                        "the all-reduce across replicas moves the gradient shard (1/F of the "
                        "model), not the whole model": {
                            "shard": t.shard_bytes, "replicate": 2 * m * (r - 1) // r},
-                       "FSDP all-gathers twice (forward and backward) and reduce-scatters "
-                       "once: 3 transfers of (F-1)/F of the model": {
-                           "shard": 2 * m * (shard - 1) // shard,
-                           "replicate": t.replicate_bytes},
+                       **{words: {"shard": value, "replicate": t.replicate_bytes}
+                          for value, words in shards.items()},
+                       REPLICATE_TIMES_3: {"shard": t.shard_bytes,
+                                           "replicate": 3 * t.replicate_bytes},
                    })
