@@ -65,8 +65,9 @@ def test_stored_cases_judge_as_the_registrys(monkeypatch: pytest.MonkeyPatch) ->
         data, refs = stored_cases.dump_exercises([ex])
         [(fields, cases)] = pickle.loads(data)
         assert fields["exercise_id"] == ex.exercise_id
-        assert [c.label for c in cases] == [c.label for c in ex.cases()]
-        assert _verdicts(ex, cases) == _verdicts(ex, ex.cases()), ex.exercise_id
+        fresh = ex.cases()
+        assert [c.label for c in cases] == [c.label for c in fresh]
+        assert _verdicts(ex, cases) == _verdicts(ex, fresh), ex.exercise_id
         for tail, names in refs.items():
             module = importlib.import_module(f"{stored_cases.KEY_PACKAGE}.{tail}")
             assert all(hasattr(module, n) for n in names)
