@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from dpsim.course.grading import gradescope_autograder as ag
-from dpsim.course.grading.box import unavailable
 from dpsim.course.grading.registry import chapter_exercises
 from tests.support.offline_env import fresh_env
 
@@ -89,10 +88,9 @@ def _submission(path: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(unavailable() is not None and os.environ.get("DPSIM_REQUIRE_SANDBOX") != "1",
-                    reason="no OS sandbox (bubblewrap) here")
 def test_zip_runs_in_gradescopes_layout(tmp_path: Path) -> None:
-    """setup.sh and run_autograder in Gradescope's layout; results.json passes the spec."""
+    """setup.sh and run_autograder in Gradescope's layout; results.json passes the spec.
+    (Without bubblewrap the grader grades this one student unboxed, as it says.)"""
     started = time.monotonic()
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
