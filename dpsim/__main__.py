@@ -46,6 +46,11 @@ def command_line() -> argparse.ArgumentParser:
     grade.add_argument("--visibility", default="visible",
                        choices=["visible", "hidden", "after_due_date", "after_published"],
                        help="Gradescope visibility of the tests and score")
+    grade.add_argument("--slurm", action="store_const", const="", default=None,
+                       help="grade as a Slurm job array on the kit's cluster (python -m dpsim "
+                       "cluster), one task per student, into the same files as a local batch")
+    grade.add_argument("--slurm-sbatch", dest="slurm", default=None, metavar="OPTIONS",
+                       help="--slurm, with these sbatch options (one quoted string) per task")
     course = sub.add_parser("course", help="release: write the student's kit (the notebooks, "
                             "dpsim without the answer key, the public cases as data) into OUT")
     course.add_argument("action", choices=["release"])
@@ -119,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           notebook_timeout_s=args.notebook_timeout,
                           memory_gib=args.memory_gib, student=args.student,
                           isolation=not args.no_isolation, visibility=args.visibility,
-                          exercises=args.exercises)
+                          exercises=args.exercises, slurm=args.slurm)
     if args.command == "course":
         from dpsim.course.grading.release import main as release_main
 

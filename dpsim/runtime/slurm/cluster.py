@@ -14,10 +14,15 @@ from pathlib import Path
 MARKER = "DPSIM_SLURM_ROOT"  # set on the cluster's daemons (and so their slurmstepd)
 
 
+ROOT_VARIABLE = "DPSIM_SLURM_CLUSTER"  # names the default folder, when set
+
+
 def default_root() -> Path:
-    """The cluster's folder when none is given: `<tmp>/dpsim-slurm-<uid>` (one per user, in
-    the system's temporary folder: it is gone after a reboot, as the daemons are)."""
-    return Path(tempfile.gettempdir()) / f"dpsim-slurm-{os.getuid()}"
+    """The cluster's folder when none is given: `$DPSIM_SLURM_CLUSTER` if set, else
+    `<tmp>/dpsim-slurm-<uid>` (one per user, in the system's temporary folder: it is gone
+    after a reboot, as the daemons are)."""
+    named = os.environ.get(ROOT_VARIABLE)
+    return Path(named) if named else Path(tempfile.gettempdir()) / f"dpsim-slurm-{os.getuid()}"
 
 
 @dataclass(frozen=True)

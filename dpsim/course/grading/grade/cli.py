@@ -70,12 +70,14 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
          out_dir: str | None = None, output_format: str = "csv",
          notebook_timeout_s: float | None = None, memory_gib: float = 8.0,
          student: str | None = None, isolation: bool = True,
-         visibility: str = "visible", exercises: str | None = None) -> int:
+         visibility: str = "visible", exercises: str | None = None,
+         slurm: str | None = None) -> int:
     """Grade each notebook; print the table; write the CSV, the feedback files and, with
     `output_format="gradescope"`, results.json. `exercises` names the assignment (`1`,
     `1.3`, `1,4.2`): only those count, and every one of them (Gradescope needs it). 0 if
     grading ran, 1 if a notebook is missing, 2 if the grader failed on some exercise or
-    refused the batch."""
+    refused the batch. `slurm` (sbatch options, "" for none): grade as a Slurm job array,
+    one task per student (`grade/slurm.py`), into the same files."""
     from dpsim.sim import require_choice, require_range
 
     require_choice("output_format", output_format, ["csv", "gradescope"])
@@ -110,7 +112,12 @@ def main(notebooks: list[str], csv_path: str | None = None, cell_timeout_s: floa
               "instructors), or pass --no-isolation to accept that risk.")
         return 2
     _print_box(why, limits)
-    grades, crashed = grade_all(subs, limits, isolate=why is None, only=only)
+    if slurm is None:
+        grades, crashed = grade_all(subs, limits, isolate=why is None, only=only)
+    else:  # one array task per student, merged back in this batch's order
+        from dpsim.course.grading.grade.slurm import grade_on_slurm
+
+        grades, crashed = grade_on_slurm(subs, limits, why is None, exercises, slurm)
     students = results.by_student(grades)
     rows = results.score_table(students)
     if students:
