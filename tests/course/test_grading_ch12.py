@@ -51,7 +51,7 @@ def test_12_1_the_mapping_sets_a_real_environment() -> None:
     ({"LOCAL_WORLD_SIZE": "SLURM_NTASKS"}, "LOCAL_WORLD_SIZE counts the tasks on one node"),
 ])
 def test_12_1_a_wrong_variable_is_named(wrong: dict[str, str], hint: str) -> None:
-    r = run_check("12.1", lambda *a: _rank_env(*a, wrong=wrong))
+    r = run_check("12.1", lambda s, h, p: _rank_env(s, h, p, wrong=wrong))
     assert not r.ok
     assert hint in (r.message or "")
 
