@@ -103,6 +103,19 @@ def mutating_steps(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
     return steps
 
 
+def mutating_in_place_steps(arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Works in the arrays it was given, one send at a time with no snapshot: the steps are
+    wrong too (it had only the generic hint)."""
+    n = len(arrays)
+    chunks = np.array_split(np.arange(len(arrays[0])), n)
+    out = []
+    for t in range(n - 1):
+        for r in range(n):
+            arrays[(r + 1) % n][chunks[(r - 1 - t) % n]] += arrays[r][chunks[(r - 1 - t) % n]]
+        out.append([b.copy() for b in arrays])
+    return out
+
+
 def test_2_2_right_answer_passes() -> None:
     assert run_check("2.2", reduce_scatter_steps).ok
 
@@ -114,6 +127,7 @@ def test_2_2_wrong_answers_are_caught_with_their_hint() -> None:
         (lambda a: reduce_scatter_steps(a, copies=False), "append copies"),
         (lambda a: reduce_scatter_steps(a)[:-1], "one step fewer"),
         (mutating_steps, "changed the input arrays"),
+        (mutating_in_place_steps, "changed the input arrays"),
         (lambda a: None, "forget `return`"),
     )
     for fn, hint in cases:
@@ -479,6 +493,41 @@ def scatter_whole_tensors(tensor: torch.Tensor) -> torch.Tensor:
     return total.tensor_split(n)[rank].clone()
 
 
+def ring_whole_tensors(tensor: torch.Tensor) -> None:
+    """Whole tensors passed round the ring and summed (it had only the generic hint)."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    passing, total = tensor.clone(), tensor.clone()
+    for _ in range(n - 1):
+        arriving = torch.empty_like(tensor)
+        done(dist.isend(passing, (rank + 1) % n), dist.irecv(arriving, (rank - 1) % n))
+        total += arriving
+        passing = arriving
+    tensor.copy_(total)
+
+
+def all_to_all_reduce(tensor: torch.Tensor) -> None:
+    """Every rank sends its tensor to every other one, in rank order, and sums."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    others = [q for q in range(n) if q != rank]
+    arriving = [torch.empty_like(tensor) for _ in others]
+    done(*[dist.isend(tensor.clone(), q) for q in others],
+         *[dist.irecv(a, q) for a, q in zip(arriving, others, strict=True)])
+    for a in arriving:
+        tensor += a
+
+
+def all_to_all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank sends its tensor to every other one, in rank order (it had only the
+    generic hint: the slip's table holds the (rank + k) order only)."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    out = torch.empty(n * tensor.numel())
+    pieces = out.split(tensor.numel())
+    pieces[rank].copy_(tensor)
+    others = [q for q in range(n) if q != rank]
+    done(*[dist.isend(tensor, q) for q in others], *[dist.irecv(pieces[q], q) for q in others])
+    return out
+
+
 def funcol_all_reduce_in_all_gather(tensor: torch.Tensor) -> torch.Tensor:
     """Another collective than the kind's own: an all-reduce of a zero-padded copy."""
     import torch.distributed._functional_collectives as funcol
@@ -566,6 +615,16 @@ def linear_broadcast(tensor: torch.Tensor, root: int) -> torch.Tensor:
     return tensor
 
 
+def linear_broadcast_rank_order(tensor: torch.Tensor, root: int) -> torch.Tensor:
+    """The root sends to each rank in rank order (it had only the generic hint)."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    if rank == root:
+        done(*[dist.isend(tensor, q) for q in range(n) if q != root])
+    else:
+        done(dist.irecv(tensor, root))
+    return tensor
+
+
 def library_broadcast(tensor: torch.Tensor, root: int) -> torch.Tensor:
     dist.broadcast(tensor, src=root)
     return tensor
@@ -594,6 +653,8 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_reduce", funcol_all_reduce_beside_a_ring, "the messages you sent beside it"),
     ("all_reduce", nn_functional_all_reduce, "the messages you sent beside it"),
     ("all_reduce", op_all_reduce, "the messages you sent beside it"),
+    ("all_reduce", ring_whole_tensors, "passed whole tensors round"),
+    ("all_reduce", all_to_all_reduce, "an all-to-all"),
     ("all_gather", all_gather, None),
     ("all_gather", gather_arrival_order, "rank order"),
     ("all_gather", gather_one_step_more, "one message more"),
@@ -606,6 +667,7 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("all_gather", funcol_all_reduce_in_all_gather, "you called dist.all_reduce (imported"),
     ("all_gather", funcol_p2p_all_gather, None),  # its messages are counted too
     ("all_gather", gather_whole_buffer, "piece (r - t) mod N"),
+    ("all_gather", all_to_all_gather, "an all-to-all"),
     ("reduce_scatter", reduce_scatter, None),
     ("reduce_scatter", scatter_shifted, "shifted by one"),
     ("reduce_scatter", scatter_in_place, "changed the input tensor"),
@@ -618,6 +680,7 @@ ON_3_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
 ON_4_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
     ("broadcast", broadcast, None),
     ("broadcast", linear_broadcast, "linear broadcast"),
+    ("broadcast", linear_broadcast_rank_order, "linear broadcast"),
     ("broadcast", broadcast_from_rank_0, "relative to the root"),
     ("broadcast", library_broadcast, "you called dist.broadcast"),  # and its results agree
     ("broadcast", imported_broadcast, "the messages you sent beside it"),

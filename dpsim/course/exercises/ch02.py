@@ -120,10 +120,20 @@ def _reduce_scatter_cases(rng: random.Random) -> Iterator[Case]:
                      "inputs_unchanged": True} for h, wrong in mistakes.items()}
         hints["the reduce-scatter has N-1 steps (t = 0 .. N-2); your list has one step "
               "fewer"] = {"steps": listed[:-1], "inputs_unchanged": True}
-        hints["you changed the input arrays; copy them first (np.array(a, copy=True)) and "
-              "work on the copies"] = {"steps": listed, "inputs_unchanged": False}
+        hints[MUTATED] = {"steps": listed, "inputs_unchanged": False}
         yield Case(label, args=([a.tolist() for a in arrays],), expected=answer,
-                   mistakes=hints, call=STEPS_RUNNER)
+                   mistakes=hints, call=STEPS_RUNNER, explain=_explain_steps)
+
+
+MUTATED = ("you changed the input arrays; copy them first (np.array(a, copy=True)) and work "
+           "on the copies")
+
+
+def _explain_steps(answer: Any) -> str | None:
+    """Input arrays changed, whatever the steps (they are often wrong as well then)."""
+    if isinstance(answer, dict) and answer.get("inputs_unchanged") is False:
+        return f"looks like {MUTATED}"
+    return None
 
 
 def _plain_steps(steps: Any) -> Any:

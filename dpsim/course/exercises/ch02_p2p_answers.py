@@ -67,6 +67,7 @@ def ring_wrong_chunks(kind: str, arrays: list[torch.Tensor], **slip: Any) -> lis
             for mine, schedule in zip(sent, ring_sends(kind, arrays), strict=True)]
 
 
+RINGS_OF_PIECES = ("all_gather", "all_reduce")  # kinds where sending to all is the usual slip
 WRONG_CHUNK = {
     "all_reduce": "at step t of the reduce-scatter rank r sends chunk (r - 1 - t) mod N "
                   "(and (r - t) mod N in the all-gather), one chunk per message",
@@ -81,10 +82,65 @@ def wrong_chunk_hint(kind: str) -> str:
             "a message of yours carried something else (another chunk, or more than one)")
 
 
+ALL_TO_ALL = ("every rank sent to every other rank (an all-to-all: N-1 messages, one to each "
+              "peer); in a ring each rank sends only to its right neighbour (rank + 1) % N and "
+              "receives only from its left one (rank - 1) % N, passing on what arrived")
+WHOLE_TENSORS = ("your ring passed whole tensors round (N-1 messages of the whole tensor "
+                 "each); the ring all-reduce cuts the tensor into N chunks and sends one chunk "
+                 "per message: N-1 steps of reduce-scatter, then N-1 of all-gather")
+LINEAR = ("the root sends to every rank itself (a linear broadcast: N-1 sends in a row from "
+          "one rank); in a binomial tree every rank that has the data sends on, so it takes "
+          "ceil(log2 N) rounds")
+
+
+def _peer_lists(answer: dict[str, Any], expected: dict[str, Any]
+                ) -> list[list[list[int]]] | None:
+    """The answer's `sent_to` (item -> rank -> peers) when it has the expected shape."""
+    sent, want = answer.get("sent_to"), expected["sent_to"]
+    if not (isinstance(sent, list) and len(sent) == len(want) and all(
+            isinstance(item, list) and len(item) == len(w)
+            and all(isinstance(peers, list) and all(type(q) is int for q in peers)
+                    for peers in item)
+            for item, w in zip(sent, want, strict=True))):
+        return None
+    return sent
+
+
+def _all_to_all(answer: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """ALL_TO_ALL when every rank sent once to each other rank, in any order (on 2 ranks
+    an all-to-all is a ring's pattern: not told apart)."""
+    sent = _peer_lists(answer, expected)
+    if sent is None or len(sent[0]) <= 2:
+        return None
+    n = len(sent[0])
+    if all(sorted(peers) == [q for q in range(n) if q != rank]
+           for item in sent for rank, peers in enumerate(item)):
+        return ALL_TO_ALL
+    return None
+
+
+def _linear(answer: dict[str, Any], expected: dict[str, Any]) -> str | None:
+    """LINEAR when the root alone sent, once to each other rank, in any order."""
+    sent = _peer_lists(answer, expected)
+    if sent is None or len(sent[0]) <= 2:
+        return None
+    n = len(sent[0])
+    for item, received in zip(sent, expected["received_from"], strict=True):
+        root = next(r for r in range(n) if not received[r])  # the tree's root receives none
+        if not all(sorted(peers) == [q for q in range(n) if q != root] if rank == root
+                   else peers == [] for rank, peers in enumerate(item)):
+            return None
+    return LINEAR
+
+
 def ring_explain(kind: str, expected: dict[str, Any], answer: Any) -> str | None:
     """A case's grader-side hint (`Case.explain`): another collective called
-    (`other_collectives`), or the right result from other messages than the schedule's."""
+    (`other_collectives`), an all-to-all or a linear broadcast (in any order of messages),
+    or the right result from other messages than the schedule's."""
     other = other_collectives(kind, answer)
+    if other is None and isinstance(answer, dict):
+        other = (_linear if kind == "broadcast" else _all_to_all)(answer, expected)
+        other = None if other is None else f"looks like {other}"
     if other is not None or kind not in WRONG_CHUNK or not isinstance(answer, dict):
         return other
     wrong = answer.get("wrong_chunk")
@@ -191,6 +247,16 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
         out[f"a ring needs N-1 = {n - 1} steps; your ranks sent one message more"] = _with(
             expected, sent_to=[[s + s[:1] for s in it] for it in expected["sent_to"]],
             received_from=[[s + s[:1] for s in it] for it in expected["received_from"]])
+    if kind in RINGS_OF_PIECES and n > 2:  # each rank's piece straight to every other rank
+        peers = [[(r + k) % n for k in range(1, n)] for r in range(n)]
+        senders = [[(r - k) % n for k in range(1, n)] for r in range(n)]
+        out[ALL_TO_ALL] = _with(expected, sent_to=[peers for _ in items],
+                                received_from=[senders for _ in items],
+                                wrong_chunk=[[-1] * n for _ in items])
+    if kind == "all_reduce":  # whole tensors round the ring: N-1 messages, the sum right
+        out[WHOLE_TENSORS] = _with(
+            expected, sent_to=[[s[: len(s) // 2] for s in it] for it in expected["sent_to"]],
+            received_from=[[s[: len(s) // 2] for s in it] for it in expected["received_from"]])
     if kind in WRONG_CHUNK:  # every rank's first message off the schedule: a shifted ring
         out[wrong_chunk_hint(kind)] = _with(expected, wrong_chunk=[[0] * n for _ in items])
     if kind == "all_gather":
@@ -241,10 +307,7 @@ def slips(kind: str, n: int, items: list[dict[str, Any]]) -> dict[str, Any]:
                         for r in range(n)] for it in items]
         linear_received = [[[] if r == it["root"] else [it["root"]] for r in range(n)]
                            for it in items]
-        out["the root sends to every rank itself (a linear broadcast: N-1 sends in a row from "
-            "one rank); in a binomial tree every rank that has the data sends on, so it takes "
-            "ceil(log2 N) rounds"] = _with(expected, sent_to=linear_sent,
-                                           received_from=linear_received)
+        out[LINEAR] = _with(expected, sent_to=linear_sent, received_from=linear_received)
         trees = [binomial_tree(n, 0) for _ in items]
         out["count ranks relative to the root, rel = (rank - root) % N: your tree starts at "
             "rank 0 whatever the root"] = _with(
