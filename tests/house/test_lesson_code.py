@@ -22,15 +22,18 @@ MAX_CELL_WORDS = 200
 API_IN_VIEW: dict[str, list[str]] = {
     # chapters 01-03
     "01_single_device": ["backward()", ".step()", "zero_grad", "saved_tensors(",
-                         "model_state_breakdown(", "torch.autocast"],
+                         "model_state_breakdown(", "torch.autocast", "use_reentrant=False"],
     "02_collectives": ["dist.all_reduce", "all_gather", "reduce_scatter", "dist.broadcast",
-                       "isend", "irecv"],
+                       "isend", "irecv", "all_gather_into_tensor", "reduce_scatter_tensor",
+                       "async_op=True", ".wait()", "torch.cuda.Event"],
     "03_data_parallel": ["DataParallel", "device_ids", "output_device", "scatter", "replicate",
                          "parallel_apply", "gather"],
 
     # chapters 05-06
     "05_ddp": ["init_process_group", "DistributedSampler", "set_epoch", "DistributedDataParallel",
-               "no_sync", "register_comm_hook", "static_graph", "torchrun"],
+               "no_sync", "register_comm_hook", "static_graph", "torchrun", "init_method=",
+               "register_post_accumulate_grad_hook", "async_op=True", ".wait()",
+               "use_reentrant=True"],
     "06_fsdp": ["init_device_mesh", "fully_shard", "reshard_after_forward", "to_local",
                 "full_tensor", "set_requires_gradient_sync"],
 
