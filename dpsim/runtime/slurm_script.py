@@ -29,9 +29,9 @@ class JobSpec:
 
     nodes: nodes of the allocation; nproc_per_node: ranks torchrun starts on each;
     gpus_per_node: GPUs requested per node (0: a CPU job, gloo); train: the command each
-    rank runs after `torchrun ...` (a script and its arguments); port: the rendezvous port on
-    the first node; time: Slurm's time limit ([D-]HH:MM:SS); partition, account: "" leaves
-    the cluster's default.
+    rank runs after `torchrun ...` (a script and its arguments, as a shell line); port: the
+    rendezvous port on the first node; time: Slurm's time limit ([D-]HH:MM:SS); partition,
+    account: "" leaves the cluster's default.
     """
 
     nodes: int
@@ -100,5 +100,5 @@ def sbatch_script(spec: JobSpec) -> str:
               f"    --nnodes={spec.nodes} --nproc-per-node={spec.nproc_per_node} \\",
               f'    --rdzv-backend=c10d --rdzv-endpoint="$head_addr:{spec.port}" '
               '--rdzv-id="$SLURM_JOB_ID" \\',
-              f"    {shlex.join(shlex.split(spec.train))}", ""]
+              f"    {spec.train.strip()}", ""]  # as written: a shell line ($SCRATCH expands)
     return "\n".join(lines)

@@ -117,6 +117,13 @@ def test_a_cpu_job_for_a_test_cluster(tmp_path: Path) -> None:
     assert "CPU job (gloo)" in text
 
 
+def test_the_training_command_is_a_shell_line() -> None:
+    """Written as given, so the job's shell expands its variables ($SCRATCH, $SLURM_JOB_ID)."""
+    text = sbatch_script(JobSpec(nodes=2, nproc_per_node=8, gpus_per_node=8,
+                                 train='train.py --ckpt "$SCRATCH/ckpt-$SLURM_JOB_ID"'))
+    assert text.endswith('    train.py --ckpt "$SCRATCH/ckpt-$SLURM_JOB_ID"\n')
+
+
 def test_the_head_nodes_address_comes_from_nodeaddr() -> None:
     """The sed in the script takes NodeAddr from `scontrol show node`'s output."""
     text = sbatch_script(JobSpec(nodes=2, nproc_per_node=1, gpus_per_node=0))
