@@ -76,6 +76,11 @@ CHAPTERS: tuple[Chapter, ...] = (
             "checkpoint (gloo)",
             "the same (the jobs run gloo; on your cluster: --gpus-per-node and NCCL)", 0,
             "the planner's prediction in the job python -m dpsim plan --sbatch writes"),
+    Chapter(13, "13_training_at_scale_correctly.ipynb", "Training at scale correctly",
+            "DDP on 1, 2 and 4 gloo processes: global batch and learning rate, a token-mean "
+            "loss over ranks, evaluation without the sampler's copies, a hang shown safely, "
+            "an exact resume checked sample by sample",
+            "the same (its runs use gloo)", 0, "nothing"),
 )
 
 

@@ -53,6 +53,13 @@ API_IN_VIEW: dict[str, list[str]] = {
                         "SLURM_PROCID", "--requeue", "--open-mode=append", "dcp.save",
                         "dcp.load", "fully_shard"],
 
+    # chapter 13
+    "13_training_at_scale_correctly": ["DistributedSampler", "set_epoch", "LinearLR",
+                                       "dist.all_reduce", "ignore_index", 'reduction="sum"',
+                                       "model.module", "get_rng_state", "set_rng_state",
+                                       "np.random.get_state", "random.getstate",
+                                       "generator=torch.Generator()"],
+
 }
 
 # chapter file stems whose prose is lean
@@ -77,6 +84,9 @@ LEAN: list[str] = [
     "10_checkpoints_and_failures",
     "11_how_far_to_trust_dpsim",
     "12_on_a_cluster",
+
+    # chapter 13
+    "13_training_at_scale_correctly",
 
 ]
 
