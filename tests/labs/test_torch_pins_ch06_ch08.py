@@ -91,7 +91,33 @@ def _fsdp_accumulation(rank: int, world_size: int) -> dict[str, Any]:
     once = model.weight.grad.full_tensor().clone()
     model(x).sum().backward()
     out["twice_over_once"] = float((model.weight.grad.full_tensor() / once).mean())
+    # blocks compiled, then fully_shard: each graph holds the block's ops, no collective
+    for needs_grad in (False, True):
+        graphs: list[list[str]] = []
+
+        def counting(gm: Any, example_inputs: Any, graphs: list[list[str]] = graphs) -> Any:
+            graphs.append([getattr(n.target, "__name__", str(n.target))
+                           for n in gm.graph.nodes if n.op == "call_function"])
+            return gm.forward
+
+        torch._dynamo.reset()
+        model = nn.Sequential(*[_Block() for _ in range(4)])
+        for block in model:
+            block.compile(backend=counting)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        model(torch.randn(8, 16, requires_grad=needs_grad)).sum().backward()
+        out[f"compiled blocks, input needs grad={needs_grad}"] = graphs
     return out
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.lin(x))
 
 
 def _ddp_hooks_and_compile(rank: int, world_size: int) -> dict[str, Any]:
@@ -180,6 +206,15 @@ def test_fsdp2_accumulation_still_all_gathers(fsdp_counts: dict[str, Any]) -> No
 @pytest.mark.slow
 def test_fsdp2_gradients_accumulate_without_zero_grad(fsdp_counts: dict[str, Any]) -> None:
     assert fsdp_counts["twice_over_once"] == pytest.approx(2.0)
+
+
+@pytest.mark.slow
+def test_fsdp2_compiled_blocks_keep_collectives_out(fsdp_counts: dict[str, Any]) -> None:
+    """A graph per distinct input (a first block whose input needs no grad recompiles)."""
+    for needs_grad, n_graphs in ((False, 2), (True, 1)):
+        graphs = fsdp_counts[f"compiled blocks, input needs grad={needs_grad}"]
+        assert len(graphs) == n_graphs
+        assert all(ops == ["linear", "tanh", "add"] for ops in graphs), graphs
 
 
 @pytest.mark.slow
