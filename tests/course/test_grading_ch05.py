@@ -290,10 +290,11 @@ def test_5_4_reference_keeps_the_module_keys() -> None:
 
 # --- 5.5 ----------------------------------------------------------------------------------
 def attach_buckets(model, bucket_cap_bytes, world_size, at_end=False, sync=False,  # type: ignore[no-untyped-def]
-                   strict=False, drop_last=False, wait_in_hook=False):
+                   strict=False, drop_last=False, wait_in_hook=False, forward=False,
+                   reset=True):
     params = list(model.parameters())
     buckets, current, size = [], [], 0
-    for p in reversed(params):
+    for p in (params if forward else reversed(params)):
         current.append(p)
         size += p.numel() * p.element_size()
         if size > bucket_cap_bytes or (size == bucket_cap_bytes and not strict):
@@ -339,8 +340,9 @@ def attach_buckets(model, bucket_cap_bytes, world_size, at_end=False, sync=False
             for q in buckets[i]:
                 q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
                 offset += q.numel()
-        pending.clear()
-        ready[:] = [0] * len(buckets)
+        if reset:
+            pending.clear()
+            ready[:] = [0] * len(buckets)
 
     return finish
 
@@ -365,6 +367,15 @@ def attach_no_partial(model, bucket_cap_bytes, world_size):  # type: ignore[no-u
     return attach_buckets(model, bucket_cap_bytes, world_size, drop_last=True)
 
 
+def attach_forward(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
+    return attach_buckets(model, bucket_cap_bytes, world_size, forward=True)
+
+
+def attach_no_reset(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
+    """finish() never starts the buckets over (it had only the generic hint)."""
+    return attach_buckets(model, bucket_cap_bytes, world_size, reset=False)
+
+
 def stub(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
     raise NotImplementedError("Exercise 5.5: write your code here")
 
@@ -387,6 +398,8 @@ def train_barrier_before_save(rank, world_size, init_method, data, config, path)
     (attach_wait_in_hook, "async_op=True"),
     (attach_strict, "(>=)"),  # was a false pass: no bucket met the cap exactly
     (attach_no_partial, "last partial bucket"),  # was a false pass for 142 of 300 seeds
+    (attach_forward, "walking the parameters forward"),
+    (attach_no_reset, "must start every bucket over"),
 ])
 def test_5_5_mistakes_are_caught_with_their_hint(fn, hint) -> None:  # type: ignore[no-untyped-def]
     result = run_check("5.5", fn)

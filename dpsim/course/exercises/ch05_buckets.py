@@ -181,9 +181,16 @@ def _spec(rng: random.Random, world_size: int, exact: bool) -> dict[str, Any]:
         buckets = torch_buckets(model, cap)
         params = list(model.parameters())
         last = sum(params[i].numel() * 4 for i in buckets[-1])
-        if len(buckets) >= 3 and last < cap:
+        forward = walk_buckets(sizes[::-1], cap)  # buckets filled in forward order: they show
+        if len(buckets) >= 3 and last < cap and _sizes(forward, sizes[::-1]) != _sizes(
+                walk_buckets(sizes, cap), sizes):
             return {"world_size": world_size, "widths": widths, "cap_bytes": cap,
                     "seed": rng.randint(0, 999)}
+
+
+def _sizes(buckets: list[list[int]], sizes: list[int]) -> list[int]:
+    """Each bucket's total of `sizes`, sorted (the check compares sorted all-reduce sizes)."""
+    return sorted(sum(sizes[i] for i in b) for b in buckets)
 
 
 @exercise("5.5", function="attach_buckets",
@@ -199,6 +206,8 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
         assert [[len(params) - 1 - i for i in b] for b in buckets] == torch_buckets(
             model, spec["cap_bytes"]), "the walk disagrees with DDP's bucket assignment"
         strict = walk_buckets([4 * n for n in numels], spec["cap_bytes"], strict=True)
+        forward = [[len(numels) - 1 - i for i in b]  # filled walking model.parameters()
+                   for b in walk_buckets([4 * n for n in numels[::-1]], spec["cap_bytes"])]
         right = reference_params(widths, spec["seed"], ws)
 
         def outcome(params: list[float], buckets: list[list[int]], overlap: bool = True,
@@ -216,7 +225,9 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
             (outcome(right, [[i] for i in range(len(numels))]), PER_PARAMETER),
             (outcome(right, buckets[:-1]), NO_PARTIAL),
             (outcome(right, strict) if strict != buckets else None, STRICT),
+            (outcome(right, forward), FORWARD),
         ]
+        no_reset = dict(outcome(right, buckets), all_reduce_numels_per_step=[sizes[0], []])
         yield Case(label, args=(specs, index), expected=outcome(right, buckets),
                    call=run_buckets, abs_tol=ABS_TOL,
                    explain=functools.partial(_explain, sizes=sizes, structure=structure),
@@ -228,6 +239,8 @@ def _bucket_cases(rng: random.Random) -> Iterator[Case]:
                            outcome(reference_params(widths, spec["seed"], ws, ws), buckets),
                        NO_PARTIAL: structure[1][0],
                        STRICT: structure[2][0],
+                       FORWARD: structure[3][0],
+                       NO_RESET: no_reset,
                    })
 
 
@@ -239,6 +252,12 @@ SYNCHRONOUS = ("your all-reduces do not overlap backward: call dist.all_reduce(f
 NO_PARTIAL = "you forgot the last partial bucket (it never reaches the cap)"
 STRICT = ("you closed a bucket only once it exceeded the cap; close it as soon as it holds "
           "at least bucket_cap_bytes (>=)")
+FORWARD = ("you filled the buckets walking the parameters forward; gradients arrive in "
+           "reverse order, so DDP fills its buckets from the last parameter back "
+           "(reversed(list(model.parameters())))")
+NO_RESET = ("the first step's all-reduces are right but the second step's are not: finish() "
+            "must start every bucket over (its count of ready gradients, its pending "
+            "all-reduces), or the hooks of the next step find the buckets still full")
 
 
 def _explain(answer: Any, *, sizes: list[list[int]],
@@ -249,6 +268,9 @@ def _explain(answer: Any, *, sizes: list[list[int]],
     if not isinstance(answer, dict):
         return None
     got = answer.get("all_reduce_numels_per_step")
+    if (isinstance(got, list) and len(got) == len(sizes) > 1 and got[0] == sizes[0]
+            and got[1:] != sizes[1:]):
+        return f"looks like {NO_RESET}"
     if got != sizes:
         for wrong, words in structure:
             if wrong is not None and got == wrong["all_reduce_numels_per_step"]:
