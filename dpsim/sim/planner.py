@@ -252,7 +252,7 @@ def crossover(workload: Workload, cluster: Cluster, strategy: StrategyName,
     S is counted in the compute dtype; under "torch_amp" (the planner's default for FSDP:
     MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)) the gradients are
     reduce-scattered in fp32, twice a bf16 model size: k = 2 + 2 = 4 (with FSDP2's default
-    reduce_dtype=None they would travel in bf16: k = 3)."""
+    reduce_dtype=None, "torch_amp_bf16_reduce", they travel in bf16: k = 3)."""
     require_workload(workload)  # a layer that computes
     if workload.n_params == 0:
         raise ValueError(f"workload={shown(workload)} has no parameters; allowed: a workload "

@@ -39,13 +39,14 @@ ETHERNET_10G = Link("Ethernet 10 Gb/s", 1.25, 50.0)  # between CPU machines beyo
 CLUSTER_CHOICES = (*CLUSTERS, "this-machine")
 GLOBAL_BATCHES = tuple(2**k for k in range(13))  # 1 .. 4096 samples
 # "default": the strategy's own (torch_amp for FSDP, mixed otherwise); torch_amp: chapter 9
-PRECISION_CHOICES = ("default", "mixed", "fp32", "torch_amp")
+PRECISION_CHOICES = ("default", "mixed", "fp32", "torch_amp", "torch_amp_bf16_reduce")
 # the dropdown's words: each precision with the setting it stands for (PRECISION_SETTINGS)
 PRECISION_LABELS = {
     "default": "default (FSDP: torch_amp; others: mixed)",
     "mixed": "mixed: ZeRO's 2+2+12, bf16 gradients",
     "fp32": "fp32: no autocast, no mp_policy",
     "torch_amp": "torch_amp: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)",
+    "torch_amp_bf16_reduce": "torch_amp_bf16_reduce: MixedPrecisionPolicy(param_dtype=bf16)",
 }
 
 

@@ -12,11 +12,13 @@ from dataclasses import fields, replace
 from typing import Any
 
 from dpsim.sim.cost.memory import PRECISIONS
+from dpsim.sim.strategies.fsdp.config import TORCH_AMP_PRECISIONS
 
 # "torch_amp": FSDP2's fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
 # reduce_dtype=torch.float32)): fp32 sharded states, bf16 all-gathers and compute, fp32
-# reduce-scatter (FSDP2's default reduce_dtype=None would reduce in bf16)
-KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), "torch_amp")
+# reduce-scatter; "torch_amp_bf16_reduce": the same with FSDP2's default reduce_dtype=None,
+# which reduce-scatters in bf16
+KNOB_PRECISIONS = (*(p for p in PRECISIONS if p != "bf16"), *TORCH_AMP_PRECISIONS)
 # "default": the strategy's own default (`Strategy.default_precision`): "torch_amp" for
 # FSDP (ZeRO-3), which never keeps ZeRO's 2 + 2 + 12 bytes; "mixed" for the others
 DEFAULT_PRECISION = "default"
@@ -34,6 +36,9 @@ PRECISION_SETTINGS = {
                  "reduce_dtype=torch.float32)): fp32 shards (4 + 4 + 8 B/param), bf16 "
                  "all-gathers and compute, fp32 reduce-scatter; reduce_dtype=None (the "
                  "default) reduces in bf16",
+    "torch_amp_bf16_reduce": "fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype="
+                             "torch.bfloat16)): reduce_dtype=None, so FSDP2 reduce-scatters "
+                             "in param_dtype, bf16; fp32 shards (4 + 4 + 8 B/param)",
 }
 
 
@@ -49,7 +54,7 @@ def resolve_precision(strategy: str, precision: str) -> str:
 
 def base_precision(precision: str) -> str:
     """The precision `make_config` is given: torch_amp computes like "mixed" (bf16)."""
-    return "mixed" if precision == "torch_amp" else precision
+    return "mixed" if precision in TORCH_AMP_PRECISIONS else precision
 
 
 def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
@@ -59,7 +64,7 @@ def apply_knobs(config: Any, strategy: str, precision: str = "mixed",
 
     kind = get_strategy(strategy).config_type
     changes: dict[str, Any] = {}
-    if precision == "torch_amp":
+    if precision in TORCH_AMP_PRECISIONS:
         changes["precision"] = precision
     if activation_checkpointing:
         changes["activation_checkpointing"] = True

@@ -11,9 +11,12 @@ from dpsim.sim.cost.memory import OPTIMIZERS, PRECISIONS, precision_dtype
 from dpsim.sim.limits import Samples
 from dpsim.sim.strategies.fsdp.closed_form import Stage
 
-# torch's mixed precision (FSDP2 MixedPrecisionPolicy(bf16, reduce fp32)): fp32 sharded
-# parameters, gradients and moments; bf16 all-gathers and compute; fp32 reduce-scatter
-FSDP_PRECISIONS = (*PRECISIONS, "torch_amp")
+# torch's mixed precision, FSDP2's MixedPrecisionPolicy(param_dtype=torch.bfloat16, ...): fp32
+# sharded parameters, gradients and moments; bf16 all-gathers and compute. "torch_amp":
+# reduce_dtype=torch.float32 (fp32 reduce-scatter); "torch_amp_bf16_reduce": reduce_dtype=None,
+# FSDP2's default, which reduces in param_dtype (bf16 reduce-scatter)
+TORCH_AMP_PRECISIONS = ("torch_amp", "torch_amp_bf16_reduce")
+FSDP_PRECISIONS = (*PRECISIONS, *TORCH_AMP_PRECISIONS)
 UnitLayers = Annotated[int, Int(1, 1 << 20)]  # consecutive workload layers in one FSDP unit
 
 
@@ -23,7 +26,7 @@ class FSDPConfig:
 
     batch_size: Samples = 8  # samples per device per step
     stage: Stage = 3  # ZeRO stage: 0 replicate, 1 +optimizer sharded, 2 +gradients, 3 +parameters
-    # "fp32", "mixed" (bf16 compute, fp32 master), "bf16", "torch_amp"
+    # "fp32", "mixed" (bf16 compute, fp32 master), "bf16", one of TORCH_AMP_PRECISIONS
     precision: Annotated[str, OneOf(FSDP_PRECISIONS)] = "mixed"
     optimizer: Annotated[str, OneOf(OPTIMIZERS)] = "adam"  # one of memory.OPTIMIZERS
     reshard_after_forward: bool = True  # stage 3: free gathered parameters after forward
@@ -42,4 +45,6 @@ class FSDPConfig:
     @property
     def dtype(self) -> str:
         """Dtype of compute, of the gathered parameters and of the gradients computed."""
-        return "bf16" if self.precision == "torch_amp" else precision_dtype(self.precision)
+        if self.precision in TORCH_AMP_PRECISIONS:
+            return "bf16"
+        return precision_dtype(self.precision)

@@ -31,7 +31,7 @@ from dpsim.sim.cost.memory import ZERO_STAGES, optimizer_state_bytes, precision_
 from dpsim.sim.hardware import Cluster
 from dpsim.sim.strategies.base import StepResult
 from dpsim.sim.strategies.fsdp.closed_form import STAGE
-from dpsim.sim.strategies.fsdp.config import FSDPConfig
+from dpsim.sim.strategies.fsdp.config import TORCH_AMP_PRECISIONS, FSDPConfig
 from dpsim.sim.strategies.fsdp.units import Unit, build_units
 from dpsim.sim.strategies.inputs import require_state, require_workload
 from dpsim.sim.trace import Event, SimState, Trace
@@ -160,7 +160,8 @@ class FSDPStep:
         n_tensors = sum(u.n_param_tensors for u in units)
         opt_full = optimizer_state_bytes(n_params, n_tensors, cfg.optimizer,
                                          cfg.precision == "mixed",
-                                         "fp32" if cfg.precision == "torch_amp" else cfg.dtype)
+                                         "fp32" if cfg.precision in TORCH_AMP_PRECISIONS
+                                         else cfg.dtype)
         on_device = 0 if cfg.offload else 1  # offloaded shards live in host memory
         self.mem(0.0, "parameters", on_device * sum(
             self.shard(u.n_params * self.store_p, cfg.stage == 3) for u in units))
@@ -269,9 +270,12 @@ class FSDPStep:
 def _widths(cfg: FSDPConfig) -> tuple[int, int, int, int, int]:
     """Bytes per parameter: (gathered parameter, computed gradient, stored parameter,
     stored gradient, reduced gradient). torch_amp gathers and computes in bf16, keeps fp32
-    and reduce-scatters in fp32; the other precisions keep what they compute in."""
+    and reduce-scatters in fp32 (torch_amp_bf16_reduce: in bf16, FSDP2's default
+    reduce_dtype=None); the other precisions keep what they compute in."""
     if cfg.precision == "torch_amp":
         return 2, 2, 4, 4, 4
+    if cfg.precision == "torch_amp_bf16_reduce":
+        return 2, 2, 4, 4, 2
     p, g, _ = precision_bytes_per_param(cfg.precision, cfg.optimizer)
     return p, g, p, g, g
 
