@@ -5,8 +5,10 @@ again in backward (its recomputation stops early: a hook after forward may not f
 gives the same gradients. Chapter 2: gloo runs the flat-buffer collectives FSDP uses;
 torch 2.13 names them `all_gather_single` / `reduce_scatter_single` and deprecates
 `all_gather_into_tensor` / `reduce_scatter_tensor` (torch 2.9 to 2.12 have only the old
-names); an NCCL work's `wait()` makes the current stream wait; the chapter's own ring passes
-exercise 2.3. Chapter 3: `Scatter` copies each chunk of a CPU batch straight to its device.
+names); an NCCL work's `wait()` makes the current stream wait (and, on 2 GPUs, the chapter's
+CUDA-event timer and async all-reduce run on NCCL); the chapter's own ring passes exercise
+2.3. Chapter 3: `Scatter` copies each chunk of a CPU batch straight to its device (on 2
+GPUs: device 0 gets only chunk 0; from a batch already on cuda:0, chunk 0 is a view of it).
 Chapter 5: default DDP trains re-entrant checkpointing; a parameter marked ready twice in
 one backward (re-entrant checkpointing with find_unused_parameters=True, or a module
 checkpointed twice) stops DDP, and static_graph=True accepts it; per-parameter
@@ -27,7 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.nn.parallel import comm
+from torch.nn.parallel import comm, scatter
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from dpsim.course.grading import run_check
@@ -37,6 +39,7 @@ from dpsim.runtime.measure import saved_tensors
 TORCH = Path(torch.__file__).parent
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_2_13 = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
 READY_TWICE = "Expected to mark a variable ready only once"
 
 
@@ -160,6 +163,28 @@ def test_the_chapters_ring_passes_exercise_2_3() -> None:
     assert result.ok, result.message
 
 
+def _nccl_on_ranks(rank: int, world_size: int, timer: Any, double: Any
+                   ) -> tuple[float, list[float]]:
+    device = torch.device("cuda", torch.cuda.current_device())
+    dist.all_reduce(torch.zeros(1, device=device))  # warm-up: NCCL's communicator
+    seconds = timer(dist.all_reduce, torch.zeros(2**22, device=device))  # 16 MiB
+    return seconds, double(rank, world_size)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@TWO_GPUS
+def test_the_chapters_cuda_timer_and_async_all_reduce_on_nccl() -> None:
+    namespace: dict[str, Any] = {"__name__": "__main__", "torch": torch, "dist": dist,
+                                 "launch": launch, "WORLD_SIZE": 2}
+    exec(_chapter_cell("02_collectives.ipynb", "def slowest_rank_cuda_s("), namespace)
+    results = launch(_nccl_on_ranks, 2, args=(namespace["slowest_rank_cuda_s"],
+                                              namespace["sum_then_double"]))
+    for seconds, doubled in results:
+        assert 0.0 < seconds < 10.0
+        assert doubled == [6.0, 6.0]  # (1 + 2) x 2: the x2 ran after the sum on the stream
+
+
 # --- chapter 3: Scatter from a CPU batch ------------------------------------------------------
 
 def test_scatter_copies_each_chunk_of_a_cpu_batch_to_its_device() -> None:
@@ -173,6 +198,23 @@ def test_scatter_copies_each_chunk_of_a_cpu_batch_to_its_device() -> None:
     doc = " ".join((comm.scatter.__doc__ or "").split())
     assert "tensor (Tensor): tensor to scatter. Can be on CPU or GPU." in doc
     assert "a tuple containing chunks of :attr:`tensor`, placed on :attr:`devices`" in doc
+
+
+@pytest.mark.gpu
+@TWO_GPUS
+def test_scatter_from_a_cpu_batch_puts_only_chunk_0_on_device_0() -> None:
+    batch = torch.zeros(4, 2**18)  # 4 MiB: two chunks of 2 MiB
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated(0)
+    chunks = scatter(batch, [0, 1])
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated(0) - before == batch.nbytes // 2 == chunks[0].nbytes
+    on_device_0 = batch.to("cuda:0")  # the batch moved to cuda:0 first: all of it is there
+    before = torch.cuda.memory_allocated(0)
+    chunks = scatter(on_device_0, [0, 1])
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated(0) == before  # chunk 0 is a view of it
+    assert chunks[0].data_ptr() == on_device_0.data_ptr()
 
 
 # --- chapter 5: re-entrant checkpointing, hooks and async all-reduces -----------------------
