@@ -257,12 +257,15 @@ def test_6_5_expected_matches_zero_redundancy_optimizer(torch_facts: list[dict[s
             assert max(abs(a - b) for a, b in zip(r["params"], want, strict=True)) < 1e-5
 
 
-def make_zero1(params, rank, world_size, lr, shard=True):  # type: ignore[no-untyped-def]
+def make_zero1(params, rank, world_size, lr, shard=True, send=True,  # type: ignore[no-untyped-def]
+               last_of_ties=False):
     import torch.distributed as dist
 
     owner, sizes = {}, [0] * world_size
     for i in sorted(range(len(params)), key=lambda i: params[i].numel(), reverse=True):
         r = sizes.index(min(sizes))
+        if last_of_ties:
+            r = max(q for q in range(world_size) if sizes[q] == min(sizes))
         owner[i] = r
         sizes[r] += params[i].numel()
     mine = [p for i, p in enumerate(params) if owner[i] == rank or not shard]
@@ -272,7 +275,7 @@ def make_zero1(params, rank, world_size, lr, shard=True):  # type: ignore[no-unt
         if optimizer is not None:
             optimizer.step()
         with torch.no_grad():
-            for i, p in enumerate(params):
+            for i, p in enumerate(params if send else []):
                 dist.broadcast(p, src=owner[i])
 
     return step
@@ -282,13 +285,25 @@ def zero1_unsharded(params, rank, world_size, lr):  # type: ignore[no-untyped-de
     return make_zero1(params, rank, world_size, lr, shard=False)
 
 
+def zero1_no_broadcast(params, rank, world_size, lr):  # type: ignore[no-untyped-def]
+    """Each rank steps its own part and sends nothing (it had only the generic hint)."""
+    return make_zero1(params, rank, world_size, lr, send=False)
+
+
+def zero1_ties_to_the_last_rank(params, rank, world_size, lr):  # type: ignore[no-untyped-def]
+    return make_zero1(params, rank, world_size, lr, last_of_ties=True)
+
+
 # The right answer on real ranks is not launched a second time here: solutions/06_fsdp.ipynb's
 # graded cell runs it (`PASS 6.5 (2/2)`, compared by nbval).
 @pytest.mark.slow
-def test_6_5_full_optimizer_state_on_every_rank_is_caught() -> None:
-    result = run_check("6.5", zero1_unsharded)
+@pytest.mark.parametrize(("fn", "words"), [
+    (zero1_unsharded, "own parameters only"), (zero1_no_broadcast, "dist.broadcast(p"),
+    (zero1_ties_to_the_last_rank, "the lowest rank")])
+def test_6_5_mistakes_earn_0_with_their_own_hint(fn: Callable[..., Any], words: str) -> None:
+    result = run_check("6.5", fn)
     assert not result.ok
-    assert "own parameters only" in (result.message or ""), result.message
+    assert words in (result.message or ""), result.message
 
 
 def test_6_5_partition_follows_torch_rule() -> None:
@@ -300,7 +315,7 @@ def test_6_5_partition_follows_torch_rule() -> None:
 
 # --- 6.6 ----------------------------------------------------------------------------------
 def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip="global", whole_batch=False,  # type: ignore[no-untyped-def]
-                root_only=False):
+                root_only=False, zero_grad=True, save_optimizer=True):
     import torch.distributed.checkpoint as dcp
     from torch import nn
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -327,7 +342,8 @@ def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip="global", w
 
     def train(model, optimizer, steps):  # type: ignore[no-untyped-def]
         for _ in range(steps):
-            optimizer.zero_grad()
+            if zero_grad:
+                optimizer.zero_grad()
             nn.functional.mse_loss(model(mine_x), mine_y).backward()
             if clip == "global":
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config["max_norm"])
@@ -342,15 +358,25 @@ def fsdp2_train(rank, world_size, data, config, checkpoint_dir, clip="global", w
     model, optimizer = build()
     train(model, optimizer, config["steps_before"])
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint_dir)
+    dcp.save({"model": model_sd, "optim": optim_sd} if save_optimizer else {"model": model_sd},
+             checkpoint_id=checkpoint_dir)
     model, optimizer = build()
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
+    state = {"model": model_sd, "optim": optim_sd} if save_optimizer else {"model": model_sd}
     dcp.load(state, checkpoint_id=checkpoint_dir)
     set_state_dict(model, optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
+                   optim_state_dict=state.get("optim", optim_sd))
     train(model, optimizer, config["steps_after"])
     return {k: v.full_tensor().flatten().tolist() for k, v in model.state_dict().items()}
+
+
+def fsdp2_no_zero_grad(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, zero_grad=False)
+
+
+def fsdp2_model_only_checkpoint(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
+    """The optimizer not checkpointed: a new Adam after the load."""
+    return fsdp2_train(rank, world_size, data, config, checkpoint_dir, save_optimizer=False)
 
 
 def fsdp2_no_clip(rank, world_size, data, config, checkpoint_dir):  # type: ignore[no-untyped-def]
@@ -376,11 +402,33 @@ def fsdp2_root_only(rank, world_size, data, config, checkpoint_dir):  # type: ig
 @pytest.mark.slow
 @pytest.mark.parametrize(("fn", "words"), [
     (fsdp2_no_clip, "did not clip"), (fsdp2_local_norm, "each rank's local norm"),
-    (fsdp2_whole_batch, "whole global batch"), (fsdp2_root_only, "not every Linear")])
+    (fsdp2_whole_batch, "whole global batch"), (fsdp2_root_only, "not every Linear"),
+    (fsdp2_no_zero_grad, "never zeroed"),
+    (fsdp2_model_only_checkpoint, "optimizer state was not restored")])
 def test_6_6_mistakes_earn_0_with_their_own_hint(fn: Callable[..., Any], words: str) -> None:
     result = run_check("6.6", fn)
     assert result.passed == 0, result.message
     assert words in (result.message or ""), result.message
+
+
+def test_6_6_get_state_dict_primes_an_optimizer_with_no_state() -> None:
+    """What the reference's "primed_optimizer" re-enacts: torch's get_state_dict gives a new
+    Adam one step of zero gradients at lr 0 (step 1, zero moments, parameters unmoved)."""
+    from torch import nn
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model = nn.Linear(3, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    get_state_dict(model, opt)
+    for p, b in zip(model.parameters(), before, strict=True):
+        state = opt.state[p]
+        assert float(state["step"]) == 1.0
+        assert not state["exp_avg"].any()
+        assert not state["exp_avg_sq"].any()
+        assert torch.equal(p.detach(), b)
+        assert p.grad is None
+    assert opt.param_groups[0]["lr"] == 0.1
 
 
 def test_6_6_reference_tells_the_mistakes_apart() -> None:
@@ -391,7 +439,8 @@ def test_6_6_reference_tells_the_mistakes_apart() -> None:
         right = case.expected["params"][0]
         ws = spec["world_size"]
         for kwargs in ({"clip": "none"}, {"clip": "local", "world_size": ws},
-                       {"resume": "no_optimizer"}, {"resume": "nothing"}):
+                       {"resume": "no_optimizer"}, {"resume": "nothing"}, {"zero_grad": False},
+                       {"resume": "primed_optimizer"}):
             wrong = reference_training(spec["data"], spec["config"], **kwargs)
             gap = max(abs(a - b) for k in right for a, b in zip(right[k], wrong[k], strict=True))
             assert gap > 100 * ABS_TOL, kwargs

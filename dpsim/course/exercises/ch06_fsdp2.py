@@ -41,12 +41,15 @@ def make_model(in_features: int, hidden: int, seed: int) -> nn.Module:
 
 
 def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any], *,
-                       clip: str = "global", resume: str = "all", world_size: int = 1
-                       ) -> dict[str, list[float]]:
+                       clip: str = "global", resume: str = "all", world_size: int = 1,
+                       zero_grad: bool = True) -> dict[str, list[float]]:
     """One process, the global batch, no stop. clip: "global" (torch's clip_grad_norm_),
     "none", or "local" (each of `world_size` ranks clips its dim-0 shards by their own norm);
-    resume: "all", "no_optimizer" (Adam restarts at the checkpoint), "nothing" (training
-    restarts from the initial model)."""
+    resume: "all", "no_optimizer" (Adam restarts at the checkpoint), "primed_optimizer" (so
+    does Adam, after the step of zero gradients at lr 0 that torch's get_state_dict gives
+    an optimizer with no state), "nothing" (training restarts from the initial model);
+    zero_grad=False (a slip): the gradients add up, from
+    the start and from the new model built after the checkpoint."""
     x, y = torch.tensor(data["x"]), torch.tensor(data["y"])
     model = make_model(x.shape[1], config["hidden"], config["seed"])
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
@@ -55,7 +58,10 @@ def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any
             if resume == "nothing":
                 model = make_model(x.shape[1], config["hidden"], config["seed"])
             opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
-        opt.zero_grad()
+            if resume == "primed_optimizer":
+                _prime(opt)
+        if zero_grad or step in (0, config["steps_before"]):
+            opt.zero_grad()
         nn.functional.mse_loss(model(x), y).backward()
         if clip == "global":
             torch.nn.utils.clip_grad_norm_(model.parameters(), config["max_norm"])
@@ -63,6 +69,21 @@ def reference_training(data: dict[str, list[list[float]]], config: dict[str, Any
             _clip_shards_locally(list(model.parameters()), config["max_norm"], world_size)
         opt.step()
     return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
+
+
+def _prime(opt: torch.optim.Optimizer) -> None:
+    """What torch.distributed.checkpoint.state_dict's _init_optim_state does to an optimizer
+    with no state: one step of zero gradients at lr 0 (Adam's step count becomes 1)."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    lrs = [group["lr"] for group in opt.param_groups]
+    for group in opt.param_groups:
+        group["lr"] = 0.0
+    opt.step()
+    for group, lr in zip(opt.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
 
 
 def _clip_shards_locally(params: list[nn.Parameter], max_norm: float, world_size: int
@@ -213,6 +234,14 @@ def _fsdp2_cases(rng: random.Random) -> Iterator[Case]:
                        "the optimizer state was not restored: save and load it with the "
                        "model (get_state_dict / set_state_dict)":
                            outcome(reference_training(data, config, resume="no_optimizer")),
+                       "the optimizer state was not restored: only the model went into the "
+                       "checkpoint (get_state_dict gave the new Adam one step of zero "
+                       "gradients, and nothing replaced it); save and load the optimizer "
+                       "with the model": outcome(reference_training(
+                           data, config, resume="primed_optimizer")),
+                       "the gradients were never zeroed: call optimizer.zero_grad() before "
+                       "every backward (backward adds into p.grad, sharded or not)":
+                           outcome(reference_training(data, config, zero_grad=False)),
                        "the loaded checkpoint never reached the model: training restarted "
                        "from the initial parameters":
                            outcome(reference_training(data, config, resume="nothing")),

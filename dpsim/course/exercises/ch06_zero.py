@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dpsim.course.grading.compare import same
 from dpsim.course.grading.ranks import join, run_specs
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.runtime.models import build_model
@@ -113,11 +114,48 @@ LIBRARY = ("this exercise asks you to write ZeRO-1 yourself, not to use torch's 
            "this rank's part")
 
 
+NO_BROADCAST = ("the ranks end with different parameters: after its own Adam step each "
+                "rank must send the parameters it owns to every other rank (dist.broadcast(p, "
+                "src=owner) for every parameter), or each keeps stale copies of the rest")
+TIES = ("when several ranks hold equally few elements, ZeroRedundancyOptimizer gives the "
+        "parameter to the first of them, the lowest rank (sizes.index(min(sizes)))")
+
+
 def _explain_zero(answer: Any) -> str | None:
-    """The library's own optimizer, whatever the numbers it gives."""
-    if isinstance(answer, dict) and any(answer.get("built_zero_redundancy_optimizer") or []):
+    """The library's own optimizer, whatever the numbers it gives; parameters that differ
+    between ranks (no broadcast), whatever they are."""
+    if not isinstance(answer, dict):
+        return None
+    if any(answer.get("built_zero_redundancy_optimizer") or []):
         return LIBRARY
+    params = answer.get("params")
+    if isinstance(params, list) and len(params) > 1 and isinstance(params[0], list) and any(
+            not same(other, params[0], 0.0, ABS_TOL) for other in params[1:]):
+        return f"looks like {NO_BROADCAST}"
     return None
+
+
+def no_broadcast_params(widths: list[int], seed: int, owned: list[list[int]]
+                        ) -> list[list[float]]:
+    """Every rank's parameters after STEPS steps when each steps its own part and sends
+    nothing (one process plays the ranks: their gradients averaged, as the check does)."""
+    world_size = len(owned)
+    models = [make_model(widths, seed) for _ in range(world_size)]
+    opts = [torch.optim.Adam([p for i, p in enumerate(m.parameters()) if i in owned[r]],
+                             lr=LR) if owned[r] else None for r, m in enumerate(models)]
+    for step in range(STEPS):
+        for r, m in enumerate(models):
+            m.zero_grad()
+            x, y = batch(widths, seed, r, step)
+            nn.functional.mse_loss(m(x), y).backward()
+        for params in zip(*(list(m.parameters()) for m in models), strict=True):
+            mean = torch.stack([p.grad for p in params]).sum(0) / world_size
+            for p in params:
+                p.grad = mean.clone()
+        for opt in opts:
+            if opt is not None:
+                opt.step()
+    return [torch.cat([p.detach().flatten() for p in m.parameters()]).tolist() for m in models]
 
 
 @exercise("6.5", function="make_zero1", title="ZeRO-1 by hand: shard the optimizer state",
@@ -132,10 +170,12 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
         def per_rank(owned: list[list[int]], numels: list[int] = numels) -> list[int]:
             return [ADAM_STATE_BYTES * sum(numels[i] for i in part) for part in owned]
 
-        def outcome(bytes_: list[int], ws: int = ws, right: list[float] = right
-                    ) -> dict[str, Any]:
-            return {"params": [right] * ws, "optimizer_state_bytes": bytes_,
+        def outcome(bytes_: list[int], ws: int = ws, right: list[float] = right,
+                    params: list[list[float]] | None = None) -> dict[str, Any]:
+            return {"params": params or [right] * ws, "optimizer_state_bytes": bytes_,
                     "built_zero_redundancy_optimizer": [False] * ws}
+
+        owned = zero1_partition(numels, ws)
 
         label = (f"{ws} gloo ranks, Linear widths {widths} (parameter sizes {numels}), "
                  f"Adam lr={LR}, {STEPS} steps")
@@ -151,6 +191,9 @@ def _zero_cases(rng: random.Random) -> Iterator[Case]:
                                              for r in range(ws)])),
                        "you gave the parameters in their own order to the least-loaded rank; "
                        "sort them largest first": outcome(per_rank(_unsorted(numels, ws))),
+                       TIES: outcome(per_rank(_partition(numels, ws, last_of_ties=True))),
+                       NO_BROADCAST: outcome(per_rank(owned), params=no_broadcast_params(
+                           widths, spec["seed"], owned)),
                    })
 
 
@@ -168,8 +211,24 @@ def _zero_spec(rng: random.Random, world_size: int) -> dict[str, Any]:
 
         right = loads(zero1_partition(numels, world_size))
         robin = loads([list(range(r, len(numels), world_size)) for r in range(world_size)])
-        if right not in (robin, loads(_unsorted(numels, world_size))):
+        if right not in (robin, loads(_unsorted(numels, world_size)),
+                         loads(_partition(numels, world_size, last_of_ties=True))):
             return spec
+
+
+def _partition(numels: list[int], world_size: int, last_of_ties: bool = False
+               ) -> list[list[int]]:
+    """torch's partition (largest first, to the least-loaded rank); `last_of_ties` (a
+    slip): a tie between ranks goes to the last of them."""
+    owned: list[list[int]] = [[] for _ in range(world_size)]
+    sizes = [0] * world_size
+    for i in sorted(range(len(numels)), key=lambda k: numels[k], reverse=True):
+        least = min(sizes)
+        r = max(q for q in range(world_size) if sizes[q] == least) if last_of_ties \
+            else sizes.index(least)
+        owned[r].append(i)
+        sizes[r] += numels[i]
+    return owned
 
 
 def _unsorted(numels: list[int], world_size: int) -> list[list[int]]:
