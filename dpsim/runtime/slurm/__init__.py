@@ -5,6 +5,8 @@
     cluster = up()                      # or the one already running in the same folder
     job_id = submit(cluster, Path("job.sh"), cwd=Path("."))
     state = wait(cluster, job_id, timeout_s=120)
+    kill_node(cluster, "n2")            # a node's power cut: slurmctld marks it DOWN
+    up()                                # starts n2's slurmd again
     down()                              # no daemon, job process or listener is left
 
 Slurm's commands reach it with `env={**os.environ, **cluster.env()}`. The node names
@@ -24,7 +26,7 @@ from dpsim.runtime.slurm.jobs import (
     submit,
     wait,
 )
-from dpsim.runtime.slurm.lifecycle import down, up
+from dpsim.runtime.slurm.lifecycle import down, kill_node, up
 from dpsim.runtime.slurm.packages import available
 from dpsim.runtime.slurm.status import ClusterStatus, JobSummary, NodeStatus, status
 
@@ -41,6 +43,7 @@ __all__ = [
     "default_root",
     "down",
     "job_log",
+    "kill_node",
     "rank_logs",
     "requeue",
     "status",

@@ -12,7 +12,7 @@ import getpass
 from pathlib import Path
 
 KILL_WAIT_S = 5  # seconds between a cancelled step's SIGTERM and SIGKILL (Slurm's default: 30)
-SLURMD_TIMEOUT_S = 30  # a slurmd silent this long marks its node DOWN (Slurm's default: 300)
+SLURMD_TIMEOUT_S = 10  # a slurmd silent this long marks its node DOWN (Slurm's default: 300)
 # a step's credential lives this long (a step launched later fails); a requeued job may start
 # again CRED_EXPIRE_S + 1 s after its requeue (Slurm's default: 120 s, so 121 s)
 CRED_EXPIRE_S = 10

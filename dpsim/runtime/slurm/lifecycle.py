@@ -1,12 +1,13 @@
 """`up` and `down`: start a Slurm cluster on this machine in a folder of its own, and stop
-everything it started.
+everything it started; `kill_node`: a node's power cut.
 
 `up` starts munged (its own key and socket), slurmctld and one slurmd per node, each as a
 daemon carrying `DPSIM_SLURM_ROOT=<root>`, all on 127.0.0.1 at free ports, and waits until
 sinfo shows every node idle. Each fresh start wipes the state folder, so job ids start at 1
-again. `down` cancels the jobs, stops the daemons by their pid files, then ends every
-process left that belongs to the cluster (`processes.belongs`) with its process group, and
-checks that no port of the cluster still listens.
+again; on a cluster already up, `up` only starts the slurmd of a node `kill_node` stopped.
+`down` cancels the jobs, stops the daemons by their pid files, then ends every process left
+that belongs to the cluster (`processes.belongs`) with its process group, and checks that
+no port of the cluster still listens.
 """
 
 from __future__ import annotations
@@ -30,9 +31,12 @@ from dpsim.runtime.slurm.processes import (
     cluster_pids,
     daemon_pids,
     end,
+    environ,
+    environ_has_job,
     is_running,
     kill_groups,
     listening,
+    parent_pid,
 )
 from dpsim.runtime.slurm.status import node_states, status
 
@@ -40,6 +44,8 @@ MAX_NODES = 16
 MAX_SOCKET_PATH = 107  # bytes in a Unix socket's path (sun_path holds 108 with the NUL)
 UP_TIMEOUT_S = 30.0  # from starting the daemons to every node idle
 FRESH = ("state", "spool", "run", "log", "tmp", "munge")  # wiped at each fresh start
+# a node that serves (its slurmd answers), with or without jobs
+RUNNING_STATES = frozenset({"idle", "allocated", "mixed", "completing"})
 
 
 def up(root: Path | None = None, *, nodes: int = 2, cpus_per_node: int | None = None
@@ -65,8 +71,13 @@ def up(root: Path | None = None, *, nodes: int = 2, cpus_per_node: int | None = 
                          f"{len(os.fsencode(socket_path))} bytes; allowed: a root whose "
                          f"munge/munge.socket takes at most {MAX_SOCKET_PATH}")
     running = status(root)
-    if running is not None and running.healthy:
-        return _same_shape(running.cluster, nodes, cpus_per_node)
+    if running is not None and running.daemons.get("munged") and running.daemons.get(
+            "slurmctld"):  # up already: start the slurmd of a node that was killed, if any
+        cluster = _same_shape(running.cluster, nodes, cpus_per_node)
+        dead = [n for n in cluster.nodes if running.daemons.get(f"slurmd-{n}") is None]
+        _start_nodes(cluster, dead)
+        _wait_idle(cluster, RUNNING_STATES)
+        return cluster
     down(root)
     cluster = _prepare(root, nodes, cpus_per_node or os.cpu_count() or 1, socket_path)
     try:
@@ -131,8 +142,15 @@ def _start_daemons(cluster: Cluster, socket_path: Path) -> None:
              f"--log-file={root / 'log' / 'munged.log'}"], env, root)
     _wait_for(lambda: socket_path.exists(), f"munged's socket {socket_path}", 10.0)
     _daemon([program_path("slurmctld"), "-f", str(cluster.conf)], env, root)
-    for node in cluster.nodes:
-        _daemon([program_path("slurmd"), "-N", node, "-f", str(cluster.conf)], env, root)
+    _start_nodes(cluster, list(cluster.nodes))
+
+
+def _start_nodes(cluster: Cluster, nodes: list[str]) -> None:
+    """Start the slurmd of each of `nodes` (`slurmd -N <node>`)."""
+    env = {**os.environ, **cluster.env(), MARKER: str(cluster.root)}
+    for node in nodes:
+        _daemon([program_path("slurmd"), "-N", node, "-f", str(cluster.conf)], env,
+                cluster.root)
 
 
 def _daemon(command: list[str], env: dict[str, str], root: Path) -> None:
@@ -155,8 +173,8 @@ def _wait_for(ready: Callable[[], bool], what: str, timeout_s: float) -> None:
         time.sleep(0.05)
 
 
-def _wait_idle(cluster: Cluster) -> None:
-    """Wait until sinfo shows every node of `cluster` idle."""
+def _wait_idle(cluster: Cluster, ready: frozenset[str] = frozenset({"idle"})) -> None:
+    """Wait until sinfo shows every node of `cluster` in a state of `ready` (idle)."""
     def idle() -> bool:
         if not all(daemon_pids(cluster).values()):
             dead = [name for name, pid in daemon_pids(cluster).items() if pid is None]
@@ -164,10 +182,10 @@ def _wait_idle(cluster: Cluster) -> None:
                 raise RuntimeError(f"not running: {', '.join(dead)}")
             return False
         states = {n.name: n.state for n in node_states(cluster)}
-        return all(states.get(node) == "idle" for node in cluster.nodes)
+        return all(states.get(node) in ready for node in cluster.nodes)
 
     started = time.monotonic()
-    _wait_for(idle, "every node idle", UP_TIMEOUT_S)
+    _wait_for(idle, f"every node {' or '.join(sorted(ready))}", UP_TIMEOUT_S)
 
 
 def _log_tails(cluster: Cluster, lines: int = 5) -> str:
@@ -226,3 +244,24 @@ def _cancel_all(cluster: Cluster) -> None:
         if done.returncode != 0 or not done.stdout.strip():
             return
         time.sleep(0.1)
+
+
+def kill_node(cluster: Cluster, node: str) -> list[int]:
+    """SIGKILL node `node`'s slurmd and every job process on it (the tasks whose
+    SLURMD_NODENAME is `node` and their slurmstepd); return their pids.
+
+    slurmctld marks the node DOWN once it misses its pings: SlurmdTimeout (10 s) and up to
+    a ping interval later. A job on it then ends NODE_FAIL, and one submitted with
+    `--requeue` goes back to the queue. `up()` starts the node's slurmd again; with
+    ReturnToService=2 the node comes back idle.
+    """
+    cluster.node_addr(node)  # ValueError for a node not in the cluster
+    slurmd = daemon_pids(cluster).get(f"slurmd-{node}")
+    on_node = [pid for pid in cluster_pids(cluster)
+               if f"SLURMD_NODENAME={node}".encode() in environ(pid)]
+    parents = {parent for pid in on_node if (parent := parent_pid(pid)) is not None}
+    stepds = [pid for pid in parents if pid in set(cluster_pids(cluster))
+              and pid != slurmd and not environ_has_job(pid)]
+    victims = sorted({*on_node, *stepds, *([slurmd] if slurmd is not None else [])})
+    kill_groups(victims)
+    return victims

@@ -46,6 +46,20 @@ def is_running(pid: int) -> bool:
     return fields[0] != "Z"
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of process `pid`, or None when it is gone."""
+    try:
+        return int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def environ_has_job(pid: int) -> bool:
+    """True when process `pid`'s environment names a job (SLURM_JOB_ID): a job's process,
+    not a daemon or a slurmstepd."""
+    return any(e.startswith(b"SLURM_JOB_ID=") for e in environ(pid))
+
+
 def belongs(pid: int, cluster: Cluster) -> bool:
     """True when process `pid` is a daemon, slurmstepd or job process of `cluster`."""
     entries = environ(pid)
@@ -69,13 +83,11 @@ def daemon_pids(cluster: Cluster) -> dict[str, int | None]:
 
 def _protected() -> set[int]:
     """This process and its ancestors: never ours to end, whatever their environment."""
-    mine, pid = set(), os.getpid()
-    while pid > 1 and pid not in mine:
+    mine: set[int] = set()
+    pid: int | None = os.getpid()
+    while pid is not None and pid > 1 and pid not in mine:
         mine.add(pid)
-        try:
-            pid = int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
+        pid = parent_pid(pid)
     return mine
 
 

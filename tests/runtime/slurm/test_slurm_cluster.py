@@ -153,3 +153,50 @@ def test_two_clusters_run_side_by_side(slurm_cluster: slurm.Cluster, tmp_path: P
     again = slurm.status(slurm_cluster.root)
     assert again is not None
     assert again.healthy  # the other's down left this one running
+
+
+def test_a_killed_node_fails_its_job_which_is_requeued_and_up_brings_it_back(
+        tmp_path: Path) -> None:
+    """A node's power cut (its slurmd and its job processes killed): slurmctld marks it DOWN,
+    the job ends NODE_FAIL and, submitted with --requeue, waits; `up` starts the node
+    again and the job runs to the end on both nodes."""
+    cluster = slurm.up(tmp_path / "cluster")
+    try:
+        work = tmp_path / "job"
+        work.mkdir()
+        (work / "job.sh").write_text(
+            "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=1 --output=%j.out\n"
+            "echo start $SLURM_RESTART_COUNT\n"
+            "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n"
+            "  srun bash -c 'touch on-$SLURMD_NODENAME; exec sleep 120'\n"
+            "else srun true; fi\n")
+        job_id = slurm.submit(cluster, work / "job.sh", cwd=work, requeue=True)
+        deadline = time.monotonic() + 60
+        while not (work / "on-n2").exists():
+            assert time.monotonic() < deadline, "the job's task on n2 did not start"
+            time.sleep(0.2)
+        start = time.monotonic()
+        killed = slurm.kill_node(cluster, "n2")
+        assert len(killed) >= 3  # slurmd, the step's slurmstepd on n2, its task
+        while _node_state(cluster, "n2") not in ("down", "down*"):
+            assert time.monotonic() - start < 60, _node_state(cluster, "n2")
+            time.sleep(0.5)
+        down_s = time.monotonic() - start
+        assert slurm.up(cluster.root) == cluster  # n2's slurmd again, the rest untouched
+        state = slurm.wait(cluster, job_id, timeout_s=120)
+        assert (state.ok, state.restarts, state.nodes) == (True, 1, "n[1-2]"), state
+        log = slurm.job_log(state)
+        assert "start\n" in log
+        assert "start 1\n" in log
+        assert "NODE FAILURE" in log
+        print(f"measured: n2 DOWN {down_s:.1f} s after its power cut; "
+              f"the requeued job done {time.monotonic() - start:.1f} s after it")
+    finally:
+        slurm.down(cluster.root)
+
+
+def _node_state(cluster: slurm.Cluster, node: str) -> str:
+    """sinfo's state of `node`."""
+    now = slurm.status(cluster.root)
+    assert now is not None
+    return next((n.state for n in now.nodes if n.name == node), "")
