@@ -4,6 +4,7 @@ plan,cluster}."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
@@ -111,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "grade":
         # nothing the notebooks' folders hold is imported: the current folder leaves sys.path
         sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+        if importlib.util.find_spec("dpsim.course.exercises") is None:
+            print("grade: this is the student's kit, which holds no answer key: grade with "
+                  "the instructor's kit (the repository)")
+            return 2
         if args.notebooks[0] == "gradescope-autograder":
             from dpsim.course.grading.gradescope_autograder import main as zip_main
 
