@@ -152,7 +152,7 @@ def _chapter_script(notebook: Path) -> str:
 def test_students_kit_holds_no_key_and_checks(tmp_path: Path) -> None:
     """The student's kit, installed into a fresh environment: no reference implementation
     in its files, every module imports, chapter 3's public checks pass its solutions and
-    name a wrong answer's mistake."""
+    name a wrong answer's mistake, and `grade` says it needs the instructor's kit."""
     listed = {ex.exercise_id for ex in all_exercises()}
     started = time.monotonic()
     release = build(ROOT, tmp_path / "kit")
@@ -195,5 +195,9 @@ def test_students_kit_holds_no_key_and_checks(tmp_path: Path) -> None:
         assert f"PASS {ex.exercise_id} ({n}/{n})" in out, out
     assert "FAILED Exercise 3.4" in out, out
     assert "hint:" in out.split("FAILED Exercise 3.4")[1], out
+    grade = subprocess.run([str(python), "-I", "-m", "dpsim", "grade", str(script)],
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert grade.returncode == 2
+    assert "holds no answer key" in grade.stdout
     print(f"kit built in {built_s:.1f} s, installed in {installed_s:.1f} s, all in "
           f"{time.monotonic() - started:.1f} s", file=sys.stderr)
