@@ -1,6 +1,7 @@
 """pyproject.toml and environment.yml list the same dependencies; entry points exist."""
 
 import ast
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -150,3 +151,16 @@ def test_sources_parse_as_the_python_floor() -> None:
         ast.parse(path.read_text(), str(path), feature_version=(major, minor))
     with pytest.raises(SyntaxError):  # the check sees 3.12 syntax
         ast.parse("type Alias = int\n", feature_version=(3, 11))
+
+
+def test_every_data_file_is_package_data() -> None:
+    """Every file in dpsim/ that is not Python is in pyproject's package data, so an install
+    that is not editable (a wheel, `pip install git+...`) has it too."""
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["dpsim"]
+    package = ROOT / "dpsim"
+    data = [p.relative_to(package).as_posix() for p in package.rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts]
+    assert data, "dpsim holds data files (py.typed at least)"
+    missing = [f for f in data if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
+    assert missing == [], f"not in pyproject's package-data: {missing}"
