@@ -51,7 +51,8 @@ def command_line() -> argparse.ArgumentParser:
                        help="grade as a Slurm job array on the kit's cluster (python -m dpsim "
                        "cluster), one task per student, into the same files as a local batch")
     grade.add_argument("--slurm-sbatch", dest="slurm", default=None, metavar="OPTIONS",
-                       help="--slurm, with these sbatch options (one quoted string) per task")
+                       help="--slurm, with these sbatch options for every task: "
+                       "--slurm-sbatch='--partition=p --time=30'")
     course = sub.add_parser("course", help="release: write the student's kit (the notebooks, "
                             "dpsim without the answer key, the public cases as data) into OUT")
     course.add_argument("action", choices=["release"])

@@ -69,6 +69,10 @@ def submit(cluster: Cluster, script: Path, *, cwd: Path, extra_args: Sequence[st
     `--requeue --open-mode=append`: a requeued job then appends to its output instead of
     truncating it.
     """
+    if not script.is_file():
+        raise ValueError(f"script={str(script)!r} is not a file; allowed: a job script's path")
+    if not cwd.is_dir():
+        raise ValueError(f"cwd={str(cwd)!r} is not a folder; allowed: the job's folder")
     args = ["--parsable", f"--chdir={cwd}"]
     if requeue:
         args += ["--requeue", "--open-mode=append"]
@@ -93,6 +97,8 @@ def wait(cluster: Cluster, job_id: int | str, timeout_s: float = 300.0) -> JobSt
     """Poll until the job (every task, for an array job's id) reaches a final state; return
     it with the steps seen on the way. TimeoutError after `timeout_s` seconds, naming the
     state last seen. A job slurmctld no longer knows comes back as state LOST."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s={timeout_s!r} is not allowed; allowed: seconds above 0")
     deadline = time.monotonic() + timeout_s
     steps: dict[str, StepInfo] = {}
     seen: list[JobState] = []

@@ -67,7 +67,7 @@ class ClassJob:
 
 
 def prepare(subs: list[Submission], limits: Limits, isolate: bool, exercises: str | None,
-            sbatch_args: str = "", work: Path | None = None) -> ClassJob:
+            work: Path | None = None) -> ClassJob:
     """Write the class manifest and the job array's script (one task per student)."""
     work = work or Path(tempfile.mkdtemp(prefix="dpsim-grade-"))
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,6 @@ def prepare(subs: list[Submission], limits: Limits, isolate: bool, exercises: st
         "#!/bin/bash\n"
         f"#SBATCH --job-name=dpsim-grade --array=0-{max(len(students), 1) - 1}\n"
         f"#SBATCH --ntasks=1 --time={minutes} --output={work / 'logs'}/%a.out\n"
-        f"{' '.join(f'#SBATCH {arg}' for arg in shlex.split(sbatch_args))}\n"
         f'exec {command} "$SLURM_ARRAY_TASK_ID"\n')
     return job
 
@@ -165,7 +164,9 @@ def grade_on_slurm(subs: list[Submission], limits: Limits, isolate: bool,
                    exercises: str | None, sbatch_args: str = ""
                    ) -> tuple[list[NotebookGrade], int]:
     """Grade `subs` as a job array on the kit's Slurm cluster, one task per student;
-    (the grades in the batch's order, how many notebooks the grader failed on)."""
+    (the grades in the batch's order, how many notebooks the grader failed on).
+    `sbatch_args` ("--partition=x --time=30") go on sbatch's command line, over the
+    script's own #SBATCH lines."""
     if not subs:
         return [], 0
     missing = slurm.available()
@@ -176,12 +177,13 @@ def grade_on_slurm(subs: list[Submission], limits: Limits, isolate: bool,
                 ], len(subs)
     started_here = (now := slurm.status()) is None or not now.healthy
     cluster = slurm.up()
-    job = prepare(subs, limits, isolate, exercises, sbatch_args)
+    job = prepare(subs, limits, isolate, exercises)
     owners: dict[str, set[str]] = {}
     for sub in subs:
         owners.setdefault(sub.digest, set()).add(sub.student)
     try:
-        job_id = slurm.submit(cluster, job.script, cwd=Path.cwd())
+        job_id = slurm.submit(cluster, job.script, cwd=Path.cwd(),
+                              extra_args=shlex.split(sbatch_args))
         print(f"grade: Slurm job {job_id} on {cluster.root}: {len(job.students)} task(s), one "
               f"per student; logs in {job.work / 'logs'}", flush=True)
         start = time.monotonic()
