@@ -6,7 +6,8 @@ made plain (`plain.to_plain`), written as the sandbox's JSON line and read back
 (`encode`/`decode`), then judged by `core.judge`, the code `python -m dpsim grade` and the
 notebook's `check()` both call. Real functions are then run for a few exercises over seeds.
 A mistake must show for every student: some case of each seed must tell it from the right
-answer (a case set where dropping the partial bucket changes nothing is a false pass).
+answer (a case set where dropping the partial bucket changes nothing is a false pass). The
+common mistakes in `NAMED` must be among the named ones for every student.
 
 Building and judging one seed's cases costs 1 ms to 450 ms (exercises that run torch steps
 or simulate buckets while building their cases: 1.1, 5.5, 1.5, ...). The fast part takes
@@ -56,6 +57,31 @@ CHEAP = {"1.3", "2.1", "2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "3.1", "3.2", "
          "12.1", "12.2"}
 
 
+# Mistakes common enough to name: each must be among an exercise's named mistakes for every
+# student (some case telling it from the right answer, and earning 0 with its own hint, as
+# check_seed asks of every named mistake). The first four were false passes.
+NAMED: dict[str, tuple[str, ...]] = {
+    "8.3": ("must still all-reduce the bucket", "you counted bytes"),
+    "5.3": ("went over the cap (>)",),
+    "3.5": ("every thread ran the same replica",),
+    "5.4": ("call dist.barrier() after rank 0's torch.save",),
+    "9.3": ("random numbers go to the modules in another order",),
+    "2.2": ("you changed the input arrays",),
+    "2.3": ("passed whole tensors round", "an all-to-all"),
+    "2.4": ("an all-to-all",),
+    "2.7": ("a linear broadcast",),
+    "5.1": ("padded with the last index",),
+    "5.5": ("must start every bucket over", "walking the parameters forward"),
+    "6.5": ("dist.broadcast(p, src=owner)", "the lowest rank"),
+    "6.6": ("optimizer state was not restored: save", "only the model went into",
+            "gradients were never zeroed"),
+    "10.1": ("optimizer state was not saved", "gradients were never zeroed",
+             "data from step 0 again"),
+    "10.3": ("one transfer of the model", "not all of it", "the shard group's alone"),
+    "9.1": ("you counted bf16 bytes",),
+    "9.2": ("each gradient by its own norm",),
+}
+
 # Found by this test and left to the chapter's owner (the test fails if they are fixed, so
 # the list stays honest); none at present.
 KNOWN: dict[str, str] = {}
@@ -79,6 +105,8 @@ def check_seed(ex: Exercise, seed: int) -> list[str]:
     if not right.ok:
         problems.append(f"the right answer fails: {right.message}")
     names = list(dict.fromkeys(words for c in cases for words in c.mistakes))
+    problems += [f"{named!r} is not a named mistake" for named in NAMED.get(ex.exercise_id, ())
+                 if not any(named in words for words in names)]
     for words in names:
         answers, caught = [], False
         for case in cases:
@@ -96,6 +124,12 @@ def check_seed(ex: Exercise, seed: int) -> list[str]:
         elif words not in message and "entries; it needs" not in message:
             problems.append(f"{words!r} gets another hint: {message.splitlines()[-2]}")
     return problems
+
+
+def test_named_mistakes_are_checked_exercises() -> None:
+    """Every exercise `NAMED` lists exists (a typo there would check nothing)."""
+    ids = {ex.exercise_id for ex in all_exercises()}
+    assert set(NAMED) <= ids, set(NAMED) - ids
 
 
 def seeds(n: int) -> list[int]:
