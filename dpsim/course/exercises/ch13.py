@@ -12,7 +12,8 @@ same tokens weighted the way that mistake weighs them.
 steps, then resumed from the file it wrote) and compares the sample ids and random draws of
 every step with an uninterrupted run computed here from torch's own `DistributedSampler`
 order and a seeded generator. 13.3 runs on gloo ranks too: each rank evaluates its
-`DistributedSampler` share; the right answer is the accuracy over the data set counted once.
+`DistributedSampler` share; the right answer, on every rank, is (correct, count) over the
+data set with each sample counted once.
 """
 
 from __future__ import annotations
