@@ -82,14 +82,10 @@ def command_line() -> argparse.ArgumentParser:
 
     add_plan_arguments(sub.add_parser("plan", help="the planner's prediction for a model on "
                                       "a cluster preset; --sbatch FILE writes the Slurm job"))
-    cl = sub.add_parser("cluster", help="a real Slurm cluster on this machine (slurmctld, one "
-                        "slurmd per node, munge; 127.0.0.1 only): start it, show it, stop it")
-    cl.add_argument("action", choices=["up", "status", "down"])
-    cl.add_argument("--root", default=None,
-                    help="the cluster's folder (default: <tmp>/dpsim-slurm-<uid>)")
-    cl.add_argument("--nodes", type=int, default=2, help="up: how many slurmd nodes")
-    cl.add_argument("--cpus-per-node", type=int, default=None,
-                    help="up: CPUs each node declares (default: this machine's)")
+    from dpsim.runtime.slurm.cli import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(sub.add_parser("cluster", help="a real Slurm cluster on this machine "
+                                         "(127.0.0.1 only): start it, show it, stop it"))
     return parser
 
 

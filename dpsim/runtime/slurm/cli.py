@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,17 @@ from pathlib import Path
 from dpsim.runtime.slurm.lifecycle import down, up
 from dpsim.runtime.slurm.packages import available
 from dpsim.runtime.slurm.status import status
+
+
+def add_arguments(cluster: argparse.ArgumentParser) -> None:
+    """The options of `python -m dpsim cluster`."""
+    cluster.add_argument("action", choices=["up", "status", "down"])
+    cluster.add_argument("--root", default=None,
+                         help="the cluster's folder (default: $DPSIM_SLURM_CLUSTER, else "
+                              "<tmp>/dpsim-slurm-<uid>)")
+    cluster.add_argument("--nodes", type=int, default=2, help="up: how many slurmd nodes")
+    cluster.add_argument("--cpus-per-node", type=int, default=None,
+                         help="up: CPUs each node declares (default: this machine's)")
 
 
 def main(action: str, root: str | None = None, nodes: int = 2,
