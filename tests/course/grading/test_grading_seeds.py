@@ -80,6 +80,11 @@ NAMED: dict[str, tuple[str, ...]] = {
     "10.3": ("one transfer of the model", "not all of it", "the shard group's alone"),
     "9.1": ("you counted bf16 bytes",),
     "9.2": ("each gradient by its own norm",),
+    "13.1": ("the mean of means", "each rank divided by its own token count",
+             "not multiplied by world_size"),
+    "13.2": ("restarted at step 0", "started its epoch from the first batch",
+             "the random generator was not restored"),
+    "13.3": ("samples were counted twice", "each rank returned its own counts"),
 }
 
 # Found by this test and left to the chapter's owner (the test fails if they are fixed, so
