@@ -80,7 +80,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             "DDP on 1, 2 and 4 gloo processes: global batch and learning rate, a token-mean "
             "loss over ranks, evaluation without the sampler's copies, a hang shown safely, "
             "an exact resume checked sample by sample",
-            "the same (its runs use gloo)", 0, "nothing"),
+            "DDP on 1, 2 and 4 gloo processes: global batch and learning rate, a token-mean "
+            "loss over ranks, evaluation without the sampler's copies, a hang shown safely, "
+            "an exact resume checked sample by sample", 0, "nothing"),
 )
 
 

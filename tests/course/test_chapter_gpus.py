@@ -77,7 +77,7 @@ def probe(chapter: Chapter) -> Callable[[int], bool]:
         return _single_device(code)
     if chapter.number == 3:
         return _data_parallel(code)
-    if chapter.number in (2, 7):  # chapter 7: DDP and FSDP2 model states on gloo
+    if chapter.number in (2, 7, 13):  # 7: DDP and FSDP2 model states on gloo; 13: gloo
         return _cpu_launches(code)
     if chapter.number == 5:
         return _nccl_for(_ints(r"WORLD_SIZE = (\d+)", code))
