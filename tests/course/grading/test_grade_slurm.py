@@ -146,3 +146,14 @@ def test_a_task_without_a_result_is_named_and_its_student_kept(cluster: slurm.Cl
     assert "could not be read" in " ".join(grades[1].notes)
     students = results.by_student(grades)
     assert [s.errors for s in students] == [1, 0]
+
+
+def test_a_job_sbatch_refuses_keeps_every_student(cluster: slurm.Cluster,
+                                                  tmp_path: Path) -> None:
+    paths = _class(tmp_path / "class")[2:]
+    rc, out, _ = _grade(paths, tmp_path / "out", slurm="--partition=nosuch")
+    assert rc == 2, out
+    assert "invalid partition" in out
+    rows = (tmp_path / "out" / "grades.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows] == ["student", "carol", "dave"]
+    assert all(row.split(",")[-2] == "1" for row in rows[1:])  # one grader error each

@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from dpsim.__main__ import command_line
 from dpsim.course.grading.grade import slurm as grade_slurm
 from dpsim.course.grading.grade.submission import Submission
@@ -68,3 +70,15 @@ def test_the_merge_keeps_the_order_and_names_a_task_without_a_result(tmp_path: P
         f"its log: {job.log(1)}"]
     assert failed == [f"Slurm task 7_1 ended FAILED (exit code 1, NonZeroExitCode) without "
                       f"grading bob; its log: {job.log(1)}"]
+
+
+def test_without_slurm_every_notebook_is_a_grader_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(grade_slurm.slurm, "available", lambda: "Slurm is not installed here")
+    grades, crashed = grade_slurm.grade_on_slurm(_subs(tmp_path), Limits(), True, None)
+    assert crashed == 3
+    assert [(g.student, g.failed_runs) for g in grades] == [("alice", 1), ("bob", 1),
+                                                           ("alice", 1)]
+    assert grades[1].notes == ["grader error: not graded: Slurm is not installed here"]
+    assert "grade: ERROR: --slurm: Slurm is not installed here" in capsys.readouterr().out

@@ -160,46 +160,61 @@ def merge(job: ClassJob, subs: list[Submission], state: slurm.JobState
     return [queues[s.student].pop(0) for s in subs], crashed, failed
 
 
+def _not_graded(subs: list[Submission], why: str) -> tuple[list[NotebookGrade], int]:
+    """Every notebook a grader error saying `why` (no student is dropped)."""
+    print(f"grade: ERROR: --slurm: {results.one_line(why)}")
+    return [NotebookGrade(str(s.path), student=s.student, digest=s.digest, failed_runs=1,
+                          notes=[f"grader error: not graded: {why}"]) for s in subs], len(subs)
+
+
+def _run(cluster: slurm.Cluster, job: ClassJob, subs: list[Submission], sbatch_args: str
+         ) -> tuple[list[NotebookGrade], int, list[str]]:
+    """Submit the array, wait for every task (cancelling it after its time), merge."""
+    job_id = slurm.submit(cluster, job.script, cwd=Path.cwd(),
+                          extra_args=shlex.split(sbatch_args))
+    print(f"grade: Slurm job {job_id} on {cluster.root}: {len(job.students)} task(s), one "
+          f"per student; logs in {job.work / 'logs'}", flush=True)
+    start = time.monotonic()
+    try:
+        state = slurm.wait(cluster, job_id, timeout_s=job.time_limit_s * len(job.students))
+    except TimeoutError as exc:
+        slurm.cancel(cluster, job_id)
+        state = slurm.JobState(job_id=job_id, state="LOST", exit_code=None, reason=str(exc))
+    print(f"grade: Slurm job {job_id} ended in {time.monotonic() - start:.1f} s", flush=True)
+    return merge(job, subs, state)
+
+
 def grade_on_slurm(subs: list[Submission], limits: Limits, isolate: bool,
                    exercises: str | None, sbatch_args: str = ""
                    ) -> tuple[list[NotebookGrade], int]:
     """Grade `subs` as a job array on the kit's Slurm cluster, one task per student;
     (the grades in the batch's order, how many notebooks the grader failed on).
     `sbatch_args` ("--partition=x --time=30") go on sbatch's command line, over the
-    script's own #SBATCH lines."""
+    script's own #SBATCH lines. Where no job can run (Slurm missing, the cluster does not
+    start, sbatch refuses the job), every notebook is a grader error saying why."""
     if not subs:
         return [], 0
     missing = slurm.available()
-    if missing is not None:  # no notebook graded, every student still in the table
-        print(f"grade: ERROR: --slurm: {missing}")
-        return [NotebookGrade(str(s.path), student=s.student, digest=s.digest, failed_runs=1,
-                              notes=[f"grader error: not graded: {missing}"]) for s in subs
-                ], len(subs)
+    if missing is not None:
+        return _not_graded(subs, missing)
     started_here = (now := slurm.status()) is None or not now.healthy
-    cluster = slurm.up()
-    job = prepare(subs, limits, isolate, exercises)
-    owners: dict[str, set[str]] = {}
-    for sub in subs:
-        owners.setdefault(sub.digest, set()).add(sub.student)
     try:
-        job_id = slurm.submit(cluster, job.script, cwd=Path.cwd(),
-                              extra_args=shlex.split(sbatch_args))
-        print(f"grade: Slurm job {job_id} on {cluster.root}: {len(job.students)} task(s), one "
-              f"per student; logs in {job.work / 'logs'}", flush=True)
-        start = time.monotonic()
-        try:
-            state = slurm.wait(cluster, job_id, timeout_s=job.time_limit_s * len(job.students))
-        except TimeoutError as exc:
-            slurm.cancel(cluster, job_id)
-            state = slurm.JobState(job_id=job_id, state="LOST", exit_code=None, reason=str(exc))
-        print(f"grade: Slurm job {job_id} ended in {time.monotonic() - start:.1f} s",
-              flush=True)
-        grades, crashed, failed = merge(job, subs, state)
+        cluster = slurm.up()
+    except (RuntimeError, ValueError) as exc:
+        return _not_graded(subs, f"the Slurm cluster did not start: {exc}")
+    job = prepare(subs, limits, isolate, exercises)
+    try:
+        grades, crashed, failed = _run(cluster, job, subs, sbatch_args)
+    except (RuntimeError, ValueError) as exc:  # sbatch refused the job
+        return _not_graded(subs, str(exc))
     finally:
         if started_here:
             slurm.down(cluster.root)
     for line in failed:
         print(f"grade: ERROR: {line}")
+    owners: dict[str, set[str]] = {}
+    for sub in subs:
+        owners.setdefault(sub.digest, set()).add(sub.student)
     for digest, names in owners.items():
         if len(names) > 1:
             print(f"grade: identical notebooks (sha256 {digest[:12]}) from "
