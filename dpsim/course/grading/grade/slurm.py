@@ -197,9 +197,10 @@ def grade_on_slurm(subs: list[Submission], limits: Limits, isolate: bool,
     missing = slurm.available()
     if missing is not None:
         return _not_graded(subs, missing)
-    started_here = (now := slurm.status()) is None or not now.healthy
-    try:
-        cluster = slurm.up()
+    now = slurm.status()
+    started_here = now is None  # only a cluster started here is stopped after
+    try:  # a healthy cluster is used as it is, whatever its size; up() mends a killed node
+        cluster = now.cluster if now is not None and now.healthy else slurm.up()
     except (RuntimeError, ValueError) as exc:
         return _not_graded(subs, f"the Slurm cluster did not start: {exc}")
     job = prepare(subs, limits, isolate, exercises)
