@@ -6,6 +6,8 @@ processes, recorded before `down`."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,3 +67,23 @@ def test_down_leaves_no_daemon_job_process_or_listener(tmp_path: Path) -> None:
     assert not (cluster.root / "cluster.json").exists()
     slurm.down(cluster.root)  # a second down has nothing to do
     print(f"measured: up {up_s:.2f} s, down with a 2-node job running {down_s:.2f} s")
+
+
+def test_the_command_line_starts_shows_and_stops_a_cluster(tmp_path: Path) -> None:
+    root = str(tmp_path / "cli")
+
+    def cluster(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dpsim", "cluster", *args, "--root", root],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    try:
+        started = cluster("up", "--nodes", "1")
+        assert started.returncode == 0, started.stderr
+        assert "node n1: idle" in started.stdout
+        shown = cluster("status")
+        assert (shown.returncode, shown.stdout.count("NOT RUNNING")) == (0, 0), shown.stdout
+    finally:
+        stopped = cluster("down")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "no daemon, job process or listener of it is left" in stopped.stdout
+    assert cluster("status").returncode == 1
