@@ -206,7 +206,8 @@ def grade_on_slurm(subs: list[Submission], limits: Limits, isolate: bool,
     job = prepare(subs, limits, isolate, exercises)
     try:
         grades, crashed, failed = _run(cluster, job, subs, sbatch_args)
-    except (RuntimeError, ValueError) as exc:  # sbatch refused the job
+    except (RuntimeError, ValueError) as exc:  # sbatch refused the job: nothing ran
+        shutil.rmtree(job.work, ignore_errors=True)
         return _not_graded(subs, str(exc))
     finally:
         if started_here:
