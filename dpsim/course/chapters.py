@@ -74,7 +74,9 @@ CHAPTERS: tuple[Chapter, ...] = (
             "a real Slurm on this machine (two nodes on 127.0.0.1): DDP under srun torchrun "
             "and under srun alone, a node lost and the FSDP2 job requeued from its DCP "
             "checkpoint (gloo)",
-            "the same (the jobs run gloo; on your cluster: --gpus-per-node and NCCL)", 0,
+            "a real Slurm on this machine (two nodes on 127.0.0.1): DDP under srun torchrun "
+            "and under srun alone, a node lost and the FSDP2 job requeued from its DCP "
+            "checkpoint (gloo)", 0,
             "the planner's prediction in the job python -m dpsim plan --sbatch writes"),
     Chapter(13, "13_training_at_scale_correctly.ipynb", "Training at scale correctly",
             "DDP on 1, 2 and 4 gloo processes: global batch and learning rate, a token-mean "

@@ -63,6 +63,7 @@ REQUIRES: dict[str, tuple[str, str]] = {
     "torch.autograd.graph.saved_tensors_hooks": ("2.6", SEEN),
     "torch.profiler.profile": ("2.6", SEEN),
     "torch.utils.data.DataLoader": ("2.6", SEEN),
+    "torch.utils.data.Dataset": ("2.6", SEEN),
     "torch.utils.data.DistributedSampler": ("2.6", SEEN),
     "torch.utils.data.TensorDataset": ("2.6", SEEN),
     "torch.utils.data.distributed.DistributedSampler": ("2.6", SEEN),
