@@ -380,15 +380,6 @@ def stub(model, bucket_cap_bytes, world_size):  # type: ignore[no-untyped-def]
     raise NotImplementedError("Exercise 5.5: write your code here")
 
 
-def train_without_barrier(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
-    """Passed when rank 0 happened to save first, failed when not: now decided."""
-    return train_ddp(rank, world_size, init_method, data, config, path, barrier="none")
-
-
-def train_barrier_before_save(rank, world_size, init_method, data, config, path):  # type: ignore[no-untyped-def]
-    return train_ddp(rank, world_size, init_method, data, config, path, barrier="before")
-
-
 # The right answer on real ranks is not launched a second time here: solutions/05_ddp.ipynb's
 # graded cell runs it (`PASS 5.5 (2/2)`, compared by nbval).
 @pytest.mark.slow

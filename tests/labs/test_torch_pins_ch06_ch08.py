@@ -69,7 +69,7 @@ def _fsdp_accumulation(rank: int, world_size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in MODES:
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4))
+        model: Any = nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4))
         for layer in model:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh, reshard_after_forward=False)
@@ -173,7 +173,7 @@ def _ddp_hooks_and_compile(rank: int, world_size: int) -> dict[str, Any]:
     torch.compile(DDP(stack, bucket_cap_mb=2), backend=counting)(
         torch.randn(4, 512)).sum().backward()
     out["graphs"] = list(graphs)
-    params = list(reversed(list(stack.parameters())))
+    params: list[torch.Tensor] = list(reversed(list(stack.parameters())))
     buckets, _ = dist._compute_bucket_assignment_by_size(  # DDP's own assignment
         params, [dist._DEFAULT_FIRST_BUCKET_BYTES, 2 * 1024 * 1024], [False] * len(params))
     out["layers_per_bucket"] = [len(b) // 2 for b in buckets]  # a weight and a bias a layer

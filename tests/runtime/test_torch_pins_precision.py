@@ -87,6 +87,7 @@ def _reduced_dtypes(rank: int, world_size: int, reduce_dtype: torch.dtype | None
     nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
     p = next(model.parameters())
+    assert p.grad is not None
     return sorted(set(seen)), str(p.dtype), str(p.grad.dtype), measure_shards(model, opt, False)
 
 
