@@ -21,6 +21,7 @@ from dpsim.course.exercises.ch02_p2p_answers import (
     ring_explain,
     ring_final,
     slips,
+    with_schedules,
 )
 from dpsim.course.exercises.ch02_ranks import launch_jobs, per_rank, rank_data
 from dpsim.course.grading import Case, check, compare, core, run_check
@@ -692,7 +693,8 @@ ON_4_RANKS: list[tuple[str, Callable[..., Any], str | None]] = [
 @pytest.fixture(scope="module")
 def answers() -> dict[int, list[list[dict[str, object]]]]:
     """Every function above on real gloo ranks: one launch of 3 ranks, one of 4."""
-    return {n: launch_jobs(n, [(fn, kind, ITEMS) for kind, fn, _ in jobs])
+    return {n: launch_jobs(n, [(fn, kind, with_schedules(kind, n, ITEMS))
+                               for kind, fn, _ in jobs])
             for n, jobs in ((3, ON_3_RANKS), (4, ON_4_RANKS))}
 
 

@@ -20,7 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from dpsim.course.exercises.ch02_p2p_answers import expected_answer, ring_explain, slips
+from dpsim.course.exercises.ch02_p2p_answers import (
+    expected_answer,
+    ring_explain,
+    slips,
+    with_schedules,
+)
 from dpsim.course.exercises.ch02_ranks import run_on_ranks
 from dpsim.course.grading.registry import Case, exercise
 from dpsim.sim import bytes_sent_per_rank, chunk_bounds, ring_all_reduce_steps
@@ -169,7 +174,8 @@ RANKS_RUNNER: Callable[..., Any] = run_on_ranks
 def _ranks_case(kind: str, n: int, items: list[dict[str, Any]], what: str) -> Case:
     """One launch of n gloo ranks running the learner's function on every item."""
     expected = expected_answer(kind, n, items)
-    return Case(f"{n} gloo ranks; {what}", args=(kind, n, items), expected=expected,
+    return Case(f"{n} gloo ranks; {what}", args=(kind, n, with_schedules(kind, n, items)),
+                expected=expected,
                 mistakes=slips(kind, n, items), call=RANKS_RUNNER,
                 explain=functools.partial(ring_explain, kind, expected))
 

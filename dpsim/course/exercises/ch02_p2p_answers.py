@@ -18,10 +18,9 @@ import torch
 from dpsim.course.exercises.ch02_ranks import (
     FIELDS,
     FORBIDDEN,
+    RINGS,
     first_wrong_chunk,
     rank_data,
-    ring_run,
-    ring_sends,
 )
 from dpsim.sim import chunk_bounds
 
@@ -50,6 +49,53 @@ def binomial_tree(n: int, root: int) -> tuple[list[list[int]], list[list[int]]]:
             received[dst].append(src)
         mask *= 2
     return sent, received
+
+
+def ring_run(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,
+             shift: int = 1) -> tuple[list[torch.Tensor], list[list[list[float]]]]:
+    """The ring of 2.3 step by step, as the exercise describes it: every rank's tensor at
+    the end, and what each rank sent, message by message. At step t of the reduce-scatter
+    rank r sends chunk (r - shift - t) % n to rank r + 1, which adds it into its own (shift
+    1 is right, 0 the usual slip); the all-gather (`gather`) goes on with the same schedule
+    and puts the arriving chunk in place (or adds it: `add_in_gather`, a slip)."""
+    n = len(arrays)
+    bufs = [a.clone() for a in arrays]
+    bounds = chunk_bounds(len(arrays[0]), n)
+    sent: list[list[list[float]]] = [[] for _ in range(n)]
+    phases = [(True, t) for t in range(n - 1)]
+    if gather:
+        phases += [(add_in_gather, n - 1 + t) for t in range(n - 1)]
+    for add, step in phases:
+        chunk = [(r - shift - step) % n for r in range(n)]
+        payload = [bufs[r][slice(*bounds[chunk[r]])].clone() for r in range(n)]
+        for r in range(n):
+            sent[r].append(payload[r].tolist())
+            target = bufs[(r + 1) % n][slice(*bounds[chunk[r]])]
+            if add:
+                target += payload[r]
+            else:
+                target.copy_(payload[r])
+    return bufs, sent
+
+
+def ring_sends(kind: str, arrays: list[torch.Tensor]) -> list[list[list[float]]]:
+    """What each rank sends, message by message, in the exercise's ring of `kind` (2.3's
+    all-reduce, 2.5's reduce-scatter: `ring_run`; 2.4's all-gather: at step t rank r sends
+    piece (r - t) % n, rank r - t's tensor)."""
+    n = len(arrays)
+    if kind == "all_gather":
+        return [[arrays[(r - t) % n].tolist() for t in range(n - 1)] for r in range(n)]
+    return ring_run(arrays, gather=kind == "all_reduce")[1]
+
+
+def with_schedules(kind: str, n: int, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`items` with, for a ring, what each rank must send message by message ("schedule":
+    rank -> messages), so the ranks judge the chunks without holding the rule that picks
+    them."""
+    if kind not in RINGS:
+        return items
+    return [{**it, "schedule": ring_sends(kind, [rank_data(it["seed"], r, it["length"])
+                                                  for r in range(n)])} for it in items]
 
 
 def ring_final(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,

@@ -31,7 +31,6 @@ from typing import Any
 import torch
 
 from dpsim.course.grading.ranks import rank_error
-from dpsim.sim import chunk_bounds
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "pipelined", "broadcast")
 # ProcessGroup methods, where every message and collective of torch.distributed ends up
@@ -95,43 +94,6 @@ def rank_data(seed: int, rank: int, length: int) -> torch.Tensor:
     """Rank `rank`'s input: `length` whole numbers in -9..9 as float32, fixed by `seed`."""
     gen = torch.Generator().manual_seed(seed * 1009 + rank)
     return torch.randint(-9, 10, (length,), generator=gen).to(torch.float32)
-
-
-def ring_run(arrays: list[torch.Tensor], gather: bool = True, add_in_gather: bool = False,
-             shift: int = 1) -> tuple[list[torch.Tensor], list[list[list[float]]]]:
-    """The ring of 2.3 step by step, as the exercise describes it: every rank's tensor at
-    the end, and what each rank sent, message by message. At step t of the reduce-scatter
-    rank r sends chunk (r - shift - t) % n to rank r + 1, which adds it into its own (shift
-    1 is right, 0 the usual slip); the all-gather (`gather`) goes on with the same schedule
-    and puts the arriving chunk in place (or adds it: `add_in_gather`, a slip)."""
-    n = len(arrays)
-    bufs = [a.clone() for a in arrays]
-    bounds = chunk_bounds(len(arrays[0]), n)
-    sent: list[list[list[float]]] = [[] for _ in range(n)]
-    phases = [(True, t) for t in range(n - 1)]
-    if gather:
-        phases += [(add_in_gather, n - 1 + t) for t in range(n - 1)]
-    for add, step in phases:
-        chunk = [(r - shift - step) % n for r in range(n)]
-        payload = [bufs[r][slice(*bounds[chunk[r]])].clone() for r in range(n)]
-        for r in range(n):
-            sent[r].append(payload[r].tolist())
-            target = bufs[(r + 1) % n][slice(*bounds[chunk[r]])]
-            if add:
-                target += payload[r]
-            else:
-                target.copy_(payload[r])
-    return bufs, sent
-
-
-def ring_sends(kind: str, arrays: list[torch.Tensor]) -> list[list[list[float]]]:
-    """What each rank sends, message by message, in the exercise's ring of `kind` (2.3's
-    all-reduce, 2.5's reduce-scatter: `ring_run`; 2.4's all-gather: at step t rank r sends
-    piece (r - t) % n, rank r - t's tensor)."""
-    n = len(arrays)
-    if kind == "all_gather":
-        return [[arrays[(r - t) % n].tolist() for t in range(n - 1)] for r in range(n)]
-    return ring_run(arrays, gather=kind == "all_reduce")[1]
 
 
 def first_wrong_chunk(sent: list[list[float]], schedule: list[list[float]]) -> int:
@@ -328,10 +290,11 @@ def p2p_rank(rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], st
                 "forwards_early": kind == "pipelined" and forwards_early(
                     log, item["n_segments"], world_size),
                 # judged on a ring of the exercise's messages only (no collective, every
-                # message to rank + 1): the other slips have hints of their own
-                "wrong_chunk": first_wrong_chunk(sent, ring_sends(kind, [
-                    rank_data(item["seed"], r, item["length"]) for r in range(world_size)])[rank])
-                if kind in RINGS and len(used) == used_before and all(
+                # message to rank + 1) against the schedule the grader gave with the item
+                # (the rule itself stays with the grader): the other slips have hints of
+                # their own
+                "wrong_chunk": first_wrong_chunk(sent, item["schedule"][rank])
+                if kind in RINGS and "schedule" in item and len(used) == used_before and all(
                     peer == (rank + 1) % world_size for name, peer, _ in log if name == "isend")
                 else -1,
             })
