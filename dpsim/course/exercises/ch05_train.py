@@ -74,6 +74,14 @@ def _counting_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP reads 
     return allreduce_hook(None, bucket)  # None: the default group
 
 
+# Every DDP the learner builds on a rank is kept until the rank exits (it exits without
+# teardown). The counting hook's future runs a Python callback on gloo's worker thread, which
+# takes the GIL to drop it; freeing the model when the learner's function returns destroys
+# the process group, whose destructor joins that thread while holding the GIL: a deadlock
+# when the last callback is still being dropped (seen in about 1 launch in 15 on a loaded
+# machine, rank stuck in ~ProcessGroupGloo under ~Reducer).
+_KEPT: list[Any] = []
+
 SAVE_WAIT_S = 60.0  # how long a rank's load of the checkpoint waits for rank 0's save
 
 
@@ -157,6 +165,7 @@ def _train_worker(rank: int, world_size: int, fn: Callable[..., Any], spec: dict
     def counted_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         original(self, *args, **kwargs)
         self.register_comm_hook(calls, _counting_hook)
+        _KEPT.append(self)
 
     checkpoint = path + ".pt"
     order = _LoadOrder(rank, checkpoint)
