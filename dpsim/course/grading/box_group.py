@@ -153,6 +153,15 @@ class BoxGroup:
                     return int(value)
         return 0
 
+    def finish(self, box: str) -> str | None:
+        """Close the group; a note when the kernel ended a process of `box` (its name in the
+        note, e.g. "notebook's") for the box's memory limit, else None."""
+        note = (f"the {box} box reached its memory limit ({self.memory_bytes / 2**30:g} GiB "
+                "for the whole box); the kernel ended a process in it"
+                if self.oom_kills() else None)
+        self.close()
+        return note
+
     def close(self) -> None:
         """Kill what is left in the group and remove it (within about 5 s)."""
         deadline = time.monotonic() + 5

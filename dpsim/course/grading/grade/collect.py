@@ -127,12 +127,9 @@ def run_boxed(cells: list[str], dump: str, token: str, notes: list[str], root: P
             processes.kill_all(proc.pid, token)
             proc.wait()
     finally:
-        if group is not None:
-            if group.oom_kills():
-                notes.append(f"the notebook's box reached its memory limit "
-                             f"({group.memory_bytes / 2**30:g} GiB for the whole box); the "
-                             "kernel ended a process in it")
-            group.close()
+        note = group.finish("notebook's") if group is not None else None
+        if note:
+            notes.append(note)
     if ended:
         notes.append(ended)
     for line in reversed(out.splitlines()):

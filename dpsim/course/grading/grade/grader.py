@@ -142,12 +142,9 @@ class Grader:
                     ex, plan[ex.exercise_id], found, seed, grade.notes, sandbox, deadline)
         finally:
             sandbox.close()
-            if group is not None:
-                if group.oom_kills():
-                    grade.notes.append(
-                        f"the checking box reached its memory limit ({group.memory_bytes / 2**30:g}"
-                        " GiB for the whole box); the kernel ended a process in it")
-                group.close()
+            note = group.finish("checking") if group is not None else None
+            if note:
+                grade.notes.append(note)
         grade.seconds = time.monotonic() - started
         return grade
 
