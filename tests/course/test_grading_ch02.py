@@ -482,8 +482,8 @@ def gather_whole_buffer(tensor: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def scatter_whole_tensors(tensor: torch.Tensor) -> torch.Tensor:
-    """Whole tensors passed round the ring and summed, then this rank's chunk cut out."""
+def _sum_whole_tensors(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's whole tensor passed round the ring and summed (the slip of both below)."""
     n, rank = dist.get_world_size(), dist.get_rank()
     total, passing = tensor.clone(), tensor.clone()
     for _ in range(n - 1):
@@ -491,19 +491,18 @@ def scatter_whole_tensors(tensor: torch.Tensor) -> torch.Tensor:
         done(dist.isend(passing, (rank + 1) % n), dist.irecv(arriving, (rank - 1) % n))
         total += arriving
         passing = arriving
-    return total.tensor_split(n)[rank].clone()
+    return total
+
+
+def scatter_whole_tensors(tensor: torch.Tensor) -> torch.Tensor:
+    """Whole tensors passed round the ring and summed, then this rank's chunk cut out."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    return _sum_whole_tensors(tensor).tensor_split(n)[rank].clone()
 
 
 def ring_whole_tensors(tensor: torch.Tensor) -> None:
     """Whole tensors passed round the ring and summed (it had only the generic hint)."""
-    n, rank = dist.get_world_size(), dist.get_rank()
-    passing, total = tensor.clone(), tensor.clone()
-    for _ in range(n - 1):
-        arriving = torch.empty_like(tensor)
-        done(dist.isend(passing, (rank + 1) % n), dist.irecv(arriving, (rank - 1) % n))
-        total += arriving
-        passing = arriving
-    tensor.copy_(total)
+    tensor.copy_(_sum_whole_tensors(tensor))
 
 
 def all_to_all_reduce(tensor: torch.Tensor) -> None:
